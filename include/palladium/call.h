@@ -1,0 +1,130 @@
+// pallas_call: lift a kernel over Refs into a callable on Arrays, run once per point of a grid.
+#pragma once
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "palladium/array.h"
+#include "palladium/ref.h"
+#include "palladium/spec.h"
+
+namespace palladium {
+
+// Hints for compiled backends; the interpreter ignores them.
+struct CompilerParams {
+  int num_warps = 0;       // CUDA: threads per program / 32 (0: chosen by the backend)
+  int num_stages = 0;      // CUDA: pipelining depth hint
+  bool allow_tf32 = false; // CUDA: float32 dot on TF32 tensor cores
+};
+
+struct CallOptions {
+  Shape grid;                                       // empty: one program
+  std::vector<BlockSpec> in_specs;                  // empty: whole arrays
+  std::vector<BlockSpec> out_specs;
+  std::vector<std::pair<int, int>> input_output_aliases;  // (input index, output index)
+  std::string name;                                 // default: "kernel"
+  bool debug = false;                               // print the traced IR (and generated code)
+  std::string backend;                              // "", "interpret", "cpu", "cuda"; "" = default
+  bool interpret = false;                           // shorthand for backend = "interpret"
+  CompilerParams compiler_params{};
+};
+
+namespace detail {
+
+// A kernel callable, erased to one signature: it receives the refs of the inputs then the outputs.
+struct KernelFn {
+  std::function<void(Refs)> fn;
+  uint32_t arity_mask = 0;  // bit n: takes n Refs; all bits: takes a pl::Refs span
+};
+inline constexpr int kMaxRefs = 24;
+
+template <class F, size_t N> constexpr bool invocable_with_refs() {
+  return []<size_t... I>(std::index_sequence<I...>) {
+    return std::is_invocable_v<F&, decltype((void)I, Ref{})...>;
+  }(std::make_index_sequence<N>{});
+}
+
+template <class F> KernelFn make_kernel_fn(F f) {
+  if constexpr (std::is_invocable_v<F&, Refs>) {
+    return {[f = std::move(f)](Refs r) mutable { f(r); }, ~0u};
+  } else {
+    uint32_t mask = []<size_t... N>(std::index_sequence<N...>) {
+      return ((invocable_with_refs<F, N>() ? (1u << N) : 0u) | ...);
+    }(std::make_index_sequence<kMaxRefs + 1>{});
+    auto call = [f = std::move(f)](Refs r) mutable {
+      [&]<size_t... N>(std::index_sequence<N...>) {
+        (
+            [&] {
+              if constexpr (invocable_with_refs<F, N>()) {
+                if (r.size() == N) [&]<size_t... I>(std::index_sequence<I...>) { f(r[I]...); }(std::make_index_sequence<N>{});
+              }
+            }(),
+            ...);
+      }(std::make_index_sequence<kMaxRefs + 1>{});
+    };
+    return {std::move(call), mask};
+  }
+}
+
+class CallImpl;
+std::shared_ptr<CallImpl> make_call(KernelFn kernel, std::vector<ShapeDtype> out_shapes, CallOptions options);
+std::shared_ptr<CallImpl> make_vmap(std::shared_ptr<CallImpl> inner, std::vector<std::optional<int64_t>> in_axes);
+std::vector<Array> invoke(const CallImpl& call, const std::vector<Array>& inputs);
+std::string lower(const CallImpl& call, const std::vector<ShapeDtype>& inputs);  // IR text
+int trace_count(const CallImpl& call);
+
+}  // namespace detail
+
+// vmap's in_axes entry: the batched axis of an input, or pl::None for an unbatched input.
+struct InAxis {
+  std::optional<int64_t> axis;
+  InAxis(NoneTag) {}  // NOLINT
+  template <class I>
+    requires std::is_integral_v<I>
+  InAxis(I a) : axis(static_cast<int64_t>(a)) {}  // NOLINT
+};
+
+// R is Array for a call with one output and std::vector<Array> for several.
+template <class R> class Callable {
+ public:
+  explicit Callable(std::shared_ptr<detail::CallImpl> impl) : impl_(std::move(impl)) {}
+
+  template <class... A> R operator()(const A&... inputs) const { return call(std::vector<Array>{Array(inputs)...}); }
+  R call(const std::vector<Array>& inputs) const {
+    std::vector<Array> outs = detail::invoke(*impl_, inputs);
+    if constexpr (std::is_same_v<R, Array>) return outs.at(0);
+    else return outs;
+  }
+  // The IR the call traces for inputs of these shapes and dtypes.
+  std::string lower(const std::vector<ShapeDtype>& inputs) const { return detail::lower(*impl_, inputs); }
+  int trace_count() const { return detail::trace_count(*impl_); }
+  const std::shared_ptr<detail::CallImpl>& impl() const { return impl_; }
+
+ private:
+  std::shared_ptr<detail::CallImpl> impl_;
+};
+
+template <class K> Callable<Array> pallas_call(K kernel, ShapeDtype out_shape, CallOptions options = {}) {
+  return Callable<Array>(detail::make_call(detail::make_kernel_fn(std::move(kernel)), {std::move(out_shape)},
+                                           std::move(options)));
+}
+template <class K>
+Callable<std::vector<Array>> pallas_call(K kernel, std::vector<ShapeDtype> out_shapes, CallOptions options = {}) {
+  return Callable<std::vector<Array>>(
+      detail::make_call(detail::make_kernel_fn(std::move(kernel)), std::move(out_shapes), std::move(options)));
+}
+
+// jax.vmap of a pallas_call: a new leading grid axis over the batch, and the batch dimension
+// squeezed out of every BlockSpec (Pallas's batching rule). in_axes: one entry per input
+// (default: every input batched along axis 0); outputs are batched along axis 0.
+template <class R> Callable<R> vmap(const Callable<R>& f, std::vector<InAxis> in_axes = {}) {
+  std::vector<std::optional<int64_t>> axes;
+  for (const InAxis& a : in_axes) axes.push_back(a.axis);
+  return Callable<R>(detail::make_vmap(f.impl(), std::move(axes)));
+}
+
+}  // namespace palladium

@@ -1,0 +1,85 @@
+// The kernel language's operations on Values. Pallas spells them pl.*, jnp.* and lax.*; so do we:
+// palladium::program_id, palladium::jnp::exp, palladium::lax::fori_loop.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "palladium/value.h"
+
+namespace palladium {
+
+Value program_id(int axis);
+Value num_programs(int axis);
+// Ceiling division for Values (traced) and for plain integers (static).
+Value cdiv(const Value& a, const Value& b);
+constexpr int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
+// pl.dot: matrix product of rank-2 tiles, accumulating in float32 for 16/32-bit floats (result
+// float32) and in int32 for 8/16/32-bit integers.
+Value dot(const Value& a, const Value& b, bool trans_a = false, bool trans_b = false);
+
+// Printing from inside a kernel: "{}" placeholders take the values in order; one line per program.
+void debug_print(const std::string& format, const std::vector<Value>& values = {});
+template <class... V> void debug_print(const std::string& format, const Value& v0, const V&... vs) {
+  debug_print(format, std::vector<Value>{v0, Value(vs)...});
+}
+
+namespace jnp {
+Value neg(const Value& x);
+Value abs(const Value& x);
+Value exp(const Value& x);
+Value exp2(const Value& x);
+Value log(const Value& x);
+Value log2(const Value& x);
+Value log1p(const Value& x);
+Value sqrt(const Value& x);
+Value rsqrt(const Value& x);
+Value sin(const Value& x);
+Value cos(const Value& x);
+Value tanh(const Value& x);
+Value logistic(const Value& x);   // 1 / (1 + exp(-x)), jax.nn.sigmoid
+Value erf(const Value& x);
+Value floor(const Value& x);
+Value ceil(const Value& x);
+Value pow(const Value& x, const Value& y);
+Value maximum(const Value& a, const Value& b);
+Value minimum(const Value& a, const Value& b);
+Value where(const Value& cond, const Value& a, const Value& b);
+Value logical_and(const Value& a, const Value& b);
+Value logical_or(const Value& a, const Value& b);
+Value logical_not(const Value& a);
+Value equal(const Value& a, const Value& b);
+Value floor_divide(const Value& a, const Value& b);  // Python's //
+Value astype(const Value& x, DType t);
+Value reshape(const Value& x, Shape shape);
+Value transpose(const Value& x, std::vector<int64_t> perm = {});
+Value broadcast_to(const Value& x, Shape shape);
+Value expand_dims(const Value& x, int64_t axis);
+Value sum(const Value& x, int64_t axis = -1);
+Value max(const Value& x, int64_t axis = -1);
+Value min(const Value& x, int64_t axis = -1);
+Value argmax(const Value& x, int64_t axis = -1);
+Value argmin(const Value& x, int64_t axis = -1);
+Value cumsum(const Value& x, int64_t axis = -1);
+Value arange(int64_t n, DType dtype = DType::int32);
+Value iota(DType dtype, Shape shape, int64_t dimension);
+Value zeros(Shape shape, DType dtype = DType::float32);
+Value ones(Shape shape, DType dtype = DType::float32);
+Value full(Shape shape, double value, DType dtype = DType::float32);
+Value dot(const Value& a, const Value& b);          // a @ b
+Value matmul(const Value& a, const Value& b);
+}  // namespace jnp
+
+namespace nn {
+Value relu(const Value& x);
+Value sigmoid(const Value& x);
+Value gelu(const Value& x);        // tanh approximation, as jax.nn.gelu's default
+Value silu(const Value& x);
+}  // namespace nn
+
+namespace lax {
+Value div(const Value& a, const Value& b);   // truncating for integers
+Value rem(const Value& a, const Value& b);
+}  // namespace lax
+
+}  // namespace palladium

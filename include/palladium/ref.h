@@ -1,0 +1,90 @@
+// Ref: a kernel's view of one input or output block. Reading a Ref (x_ref[pl::all], pl::load) and
+// writing it (o_ref[pl::all] = v, pl::store) are traced as loads and stores of the block.
+#pragma once
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "palladium/value.h"
+
+namespace palladium {
+
+class RefProxy;
+
+class Ref {
+ public:
+  Ref() = default;  // a None ref: the kernel's slot for an absent (None) input
+  bool is_none() const { return param_ < 0; }
+  explicit operator bool() const { return !is_none(); }
+  const Shape& shape() const;
+  DType dtype() const;
+  int64_t ndim() const { return static_cast<int64_t>(shape().size()); }
+
+  RefProxy operator[](const IndexArg& i) const;
+  RefProxy operator[](const Indexer& i) const;
+  template <class... A> RefProxy operator()(const A&... a) const;
+  // A view of part of this ref (Pallas's ref.at[...]): later indices are relative to the view.
+  Ref at(const Indexer& i) const;
+  template <class... A> Ref at(const A&... a) const { return at(Indexer(std::vector<IndexArg>{IndexArg(a)...})); }
+
+  // Internal.
+  struct ViewDim {
+    bool scalar = false;
+    Value start;           // relative to the parent block
+    int64_t size = 1;
+    int64_t stride = 1;
+  };
+  Ref(int param, Shape shape, DType dtype) : param_(param), shape_(std::move(shape)), dtype_(dtype) {}
+  int param() const { return param_; }
+  const std::vector<ViewDim>& view() const { return view_; }
+
+ private:
+  int param_ = -1;
+  Shape shape_;                  // shape seen through the view
+  DType dtype_ = DType::float32;
+  std::vector<ViewDim> view_;    // empty: the whole block; else one entry per block dimension
+  friend Ref make_view(const Ref&, const Indexer&);
+};
+
+using Refs = std::span<const Ref>;
+
+// x_ref[...]: reads as a Value, assignments store.
+class RefProxy {
+ public:
+  RefProxy(Ref ref, Indexer index) : ref_(std::move(ref)), index_(std::move(index)) {}
+  operator Value() const { return get(); }  // NOLINT: reading a ref is a load
+  Value get() const;
+  RefProxy& operator=(const Value& v);
+  RefProxy& operator=(const RefProxy& other) { return *this = other.get(); }
+  RefProxy(const RefProxy&) = default;
+  RefProxy& operator+=(const Value& v);
+  RefProxy& operator-=(const Value& v);
+  RefProxy& operator*=(const Value& v);
+  RefProxy& operator/=(const Value& v);
+  Shape shape() const { return get().shape(); }
+  DType dtype() const { return ref_.dtype(); }
+  Value astype(DType t) const { return get().astype(t); }
+  Value T() const { return get().T(); }
+  Value sum(int64_t axis = -1) const { return get().sum(axis); }
+  Value max(int64_t axis = -1) const { return get().max(axis); }
+
+ private:
+  Ref ref_;
+  Indexer index_;
+};
+
+template <class... A> RefProxy Ref::operator()(const A&... a) const {
+  return RefProxy(*this, Indexer(std::vector<IndexArg>{IndexArg(a)...}));
+}
+
+// pl.load / pl.store with masks; `other` fills masked-off lanes of a load.
+Value load(const Ref& ref, const Indexer& index = {all}, std::optional<Value> mask = std::nullopt,
+           std::optional<Value> other = std::nullopt);
+void store(const Ref& ref, const Indexer& index, const Value& value, std::optional<Value> mask = std::nullopt);
+void store(const Ref& ref, const Value& value);
+// Atomic read-modify-write of each selected element; returns the old values.
+Value atomic_add(const Ref& ref, const Indexer& index, const Value& value, std::optional<Value> mask = std::nullopt);
+Value atomic_max(const Ref& ref, const Indexer& index, const Value& value, std::optional<Value> mask = std::nullopt);
+Value atomic_min(const Ref& ref, const Indexer& index, const Value& value, std::optional<Value> mask = std::nullopt);
+
+}  // namespace palladium

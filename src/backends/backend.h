@@ -1,0 +1,42 @@
+// A backend turns an ir::Kernel into something that runs it over its grid. The interpreter is the
+// definition of every op; compiled backends are tested against it.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/ir.h"
+#include "palladium/array.h"
+#include "palladium/call.h"
+
+namespace palladium::backend {
+
+struct CompileOptions {
+  bool debug = false;
+  CompilerParams params{};
+};
+
+class Executable {
+ public:
+  virtual ~Executable() = default;
+  // inputs: one per pallas_call input (undefined for None inputs); outputs: allocated by the caller,
+  // holding the aliased input's values where an alias exists.
+  virtual void run(const std::vector<Array>& inputs, std::vector<Array>& outputs) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  // Why the backend cannot run here ("" when it can).
+  virtual std::string unavailable_reason() const { return ""; }
+  virtual std::unique_ptr<Executable> compile(const ir::Kernel& kernel, const CompileOptions& options) = 0;
+};
+
+// The backend of this name ("interpret", ...); throws an Error listing the known names.
+Backend& get(const std::string& name);
+// PALLADIUM_BACKEND if set, else the fastest backend available on this machine.
+std::string default_name();
+std::vector<std::string> names();
+
+}  // namespace palladium::backend

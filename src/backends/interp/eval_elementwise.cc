@@ -1,0 +1,220 @@
+// Interpreter: leaves, elementwise ops, selection and casts.
+#include <cmath>
+
+#include "backends/interp/tile.h"
+
+namespace palladium::interp {
+
+Tile Tile::make(DType t, Shape s) {
+  Tile r;
+  r.dtype = t;
+  r.shape = std::move(s);
+  if (is_float(t)) r.f.resize(static_cast<size_t>(r.size()));
+  else r.i.resize(static_cast<size_t>(r.size()));
+  return r;
+}
+
+bool Tile::any_poison() const {
+  for (uint8_t p : poison)
+    if (p) return true;
+  return false;
+}
+
+void Tile::set_poison(int64_t k) {
+  if (poison.empty()) poison.assign(static_cast<size_t>(size()), 0);
+  poison[static_cast<size_t>(k)] = 1;
+}
+
+Array Tile::to_array() const {
+  Array a(shape, dtype);
+  for (int64_t k = 0; k < size(); ++k) {
+    if (floating()) a.set(k, poisoned(k) ? NAN : f[static_cast<size_t>(k)]);
+    else store_from_int64(dtype, static_cast<char*>(a.data()) + k * itemsize(dtype), poisoned(k) ? 0 : i[static_cast<size_t>(k)]);
+  }
+  return a;
+}
+
+namespace {
+
+void merge_poison(Tile& r, const Tile& a) {
+  if (a.poison.empty()) return;
+  if (r.poison.empty()) r.poison.assign(static_cast<size_t>(r.size()), 0);
+  for (size_t k = 0; k < r.poison.size(); ++k) r.poison[k] |= a.poison[k];
+}
+
+double unary_f(ir::Op op, double x) {
+  switch (op) {
+    case ir::Op::Neg: return -x;
+    case ir::Op::Abs: return std::fabs(x);
+    case ir::Op::Exp: return std::exp(x);
+    case ir::Op::Exp2: return std::exp2(x);
+    case ir::Op::Log: return std::log(x);
+    case ir::Op::Log2: return std::log2(x);
+    case ir::Op::Log1p: return std::log1p(x);
+    case ir::Op::Sqrt: return std::sqrt(x);
+    case ir::Op::Rsqrt: return 1.0 / std::sqrt(x);
+    case ir::Op::Sin: return std::sin(x);
+    case ir::Op::Cos: return std::cos(x);
+    case ir::Op::Tanh: return std::tanh(x);
+    case ir::Op::Logistic: return 1.0 / (1.0 + std::exp(-x));
+    case ir::Op::Erf: return std::erf(x);
+    case ir::Op::Floor: return std::floor(x);
+    case ir::Op::Ceil: return std::ceil(x);
+    default: return NAN;
+  }
+}
+
+double binary_f(ir::Op op, double a, double b) {
+  switch (op) {
+    case ir::Op::Add: return a + b;
+    case ir::Op::Sub: return a - b;
+    case ir::Op::Mul: return a * b;
+    case ir::Op::Div: return a / b;
+    case ir::Op::Rem: return std::fmod(a, b);
+    case ir::Op::Pow: return std::pow(a, b);
+    case ir::Op::Max: return (std::isnan(a) || std::isnan(b)) ? NAN : (a > b ? a : b);
+    case ir::Op::Min: return (std::isnan(a) || std::isnan(b)) ? NAN : (a < b ? a : b);
+    default: return NAN;
+  }
+}
+
+}  // namespace
+
+Tile eval_leaf(const ir::Inst& in, const ir::Type& result, const std::vector<int64_t>& program, const Shape& grid) {
+  Tile r = Tile::make(result.dtype, result.shape);
+  const int64_t n = r.size();
+  switch (in.op) {
+    case ir::Op::Const:
+      if (r.floating()) r.f.assign(static_cast<size_t>(n), in.f);
+      else r.i.assign(static_cast<size_t>(n), in.i0);
+      break;
+    case ir::Op::ProgramId: r.i[0] = program[static_cast<size_t>(in.i0)]; break;
+    case ir::Op::NumPrograms: r.i[0] = grid[static_cast<size_t>(in.i0)]; break;
+    case ir::Op::Iota: {
+      int64_t inner = 1;
+      for (size_t d = static_cast<size_t>(in.i0) + 1; d < result.shape.size(); ++d) inner *= result.shape[d];
+      const int64_t len = result.shape[static_cast<size_t>(in.i0)];
+      for (int64_t k = 0; k < n; ++k) {
+        int64_t v = (k / inner) % len;
+        if (r.floating()) r.f[static_cast<size_t>(k)] = round_to(r.dtype, static_cast<double>(v));
+        else r.i[static_cast<size_t>(k)] = wrap_int(r.dtype, v);
+      }
+      break;
+    }
+    default: break;
+  }
+  return r;
+}
+
+Tile eval_unary(ir::Op op, const Tile& x) {
+  Tile r = Tile::make(x.dtype, x.shape);
+  r.poison = x.poison;
+  const size_t n = static_cast<size_t>(x.size());
+  if (x.floating()) {
+    for (size_t k = 0; k < n; ++k) r.f[k] = round_to(x.dtype, unary_f(op, x.f[k]));
+  } else if (op == ir::Op::Not) {
+    for (size_t k = 0; k < n; ++k) r.i[k] = is_bool(x.dtype) ? !x.i[k] : wrap_int(x.dtype, ~x.i[k]);
+  } else {
+    for (size_t k = 0; k < n; ++k) {
+      int64_t v = x.i[k];
+      r.i[k] = wrap_int(x.dtype, op == ir::Op::Neg ? -v : (v < 0 ? -v : v));
+    }
+  }
+  return r;
+}
+
+Tile eval_binary(ir::Op op, const Tile& a, const Tile& b, const Fail& fail) {
+  Tile r = Tile::make(a.dtype, a.shape);
+  merge_poison(r, a);
+  merge_poison(r, b);
+  const size_t n = static_cast<size_t>(a.size());
+  if (a.floating()) {
+    const DType t = a.dtype;
+    switch (op) {  // the common ops get tight loops; the rest go through binary_f
+      case ir::Op::Add: for (size_t k = 0; k < n; ++k) r.f[k] = round_to(t, a.f[k] + b.f[k]); break;
+      case ir::Op::Sub: for (size_t k = 0; k < n; ++k) r.f[k] = round_to(t, a.f[k] - b.f[k]); break;
+      case ir::Op::Mul: for (size_t k = 0; k < n; ++k) r.f[k] = round_to(t, a.f[k] * b.f[k]); break;
+      default: for (size_t k = 0; k < n; ++k) r.f[k] = round_to(t, binary_f(op, a.f[k], b.f[k]));
+    }
+    return r;
+  }
+  for (size_t k = 0; k < n; ++k) {
+    const int64_t x = a.i[k], y = b.i[k];
+    int64_t v = 0;
+    switch (op) {
+      case ir::Op::Add: v = static_cast<int64_t>(static_cast<uint64_t>(x) + static_cast<uint64_t>(y)); break;
+      case ir::Op::Sub: v = static_cast<int64_t>(static_cast<uint64_t>(x) - static_cast<uint64_t>(y)); break;
+      case ir::Op::Mul: v = static_cast<int64_t>(static_cast<uint64_t>(x) * static_cast<uint64_t>(y)); break;
+      case ir::Op::Div:
+      case ir::Op::Rem:
+        if (y == 0) {
+          if (!r.poisoned(static_cast<int64_t>(k))) fail("integer division by zero");
+          v = 0;
+        } else {
+          v = op == ir::Op::Div ? x / y : x % y;
+        }
+        break;
+      case ir::Op::Max: v = x > y ? x : y; break;
+      case ir::Op::Min: v = x < y ? x : y; break;
+      case ir::Op::And: v = x & y; break;
+      case ir::Op::Or: v = x | y; break;
+      case ir::Op::Xor: v = x ^ y; break;
+      default: fail(std::string("no integer rule for ") + ir::op_name(op));
+    }
+    r.i[k] = wrap_int(a.dtype, v);
+  }
+  return r;
+}
+
+Tile eval_compare(ir::Op op, const Tile& a, const Tile& b) {
+  Tile r = Tile::make(DType::bool_, a.shape);
+  merge_poison(r, a);
+  merge_poison(r, b);
+  const size_t n = static_cast<size_t>(a.size());
+  auto cmp = [op](auto x, auto y) -> int64_t {
+    switch (op) {
+      case ir::Op::Eq: return x == y;
+      case ir::Op::Ne: return x != y;
+      case ir::Op::Lt: return x < y;
+      case ir::Op::Le: return x <= y;
+      case ir::Op::Gt: return x > y;
+      default: return x >= y;
+    }
+  };
+  if (a.floating()) for (size_t k = 0; k < n; ++k) r.i[k] = cmp(a.f[k], b.f[k]);
+  else for (size_t k = 0; k < n; ++k) r.i[k] = cmp(a.i[k], b.i[k]);
+  return r;
+}
+
+Tile eval_select(const Tile& p, const Tile& a, const Tile& b) {
+  Tile r = Tile::make(a.dtype, a.shape);
+  const size_t n = static_cast<size_t>(a.size());
+  const bool any = !p.poison.empty() || !a.poison.empty() || !b.poison.empty();
+  for (size_t k = 0; k < n; ++k) {
+    const Tile& src = p.i[k] ? a : b;
+    if (r.floating()) r.f[k] = src.f[k];
+    else r.i[k] = src.i[k];
+    if (any && (p.poisoned(static_cast<int64_t>(k)) || src.poisoned(static_cast<int64_t>(k)))) r.set_poison(static_cast<int64_t>(k));
+  }
+  return r;
+}
+
+Tile eval_cast(const Tile& x, DType t) {
+  Tile r = Tile::make(t, x.shape);
+  r.poison = x.poison;
+  const size_t n = static_cast<size_t>(x.size());
+  for (size_t k = 0; k < n; ++k) {
+    if (r.floating()) {
+      r.f[k] = round_to(t, x.floating() ? x.f[k] : static_cast<double>(x.i[k]));
+    } else if (is_bool(t)) {
+      r.i[k] = x.floating() ? (x.f[k] != 0.0) : (x.i[k] != 0);
+    } else if (x.floating()) {
+      r.i[k] = static_cast<int64_t>(round_to(t, x.f[k]));
+    } else {
+      r.i[k] = wrap_int(t, x.i[k]);
+    }
+  }
+  return r;
+}
+
+}  // namespace palladium::interp

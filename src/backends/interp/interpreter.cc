@@ -1,0 +1,327 @@
+// Interpreter: the program loop, control flow, and memory ops with their checks.
+#include "backends/interp/interpreter.h"
+
+#include <iostream>
+#include <sstream>
+
+#include "backends/interp/tile.h"
+#include "palladium/error.h"
+
+namespace palladium::interp {
+namespace {
+
+constexpr int64_t kAtomicWriter = -2;  // an element written by atomics from several programs
+
+struct Memory {
+  const ir::RefParam* param = nullptr;
+  char* data = nullptr;
+  std::vector<int64_t> strides;       // element strides of the array
+  std::vector<size_t> array_dim;      // array dimension of each ref (kernel-visible) dimension
+  std::vector<uint8_t>* written = nullptr;  // outputs: element written by some program
+  std::vector<int64_t>* writer = nullptr;   // outputs: linear id of the program that wrote it
+};
+
+class Machine {
+ public:
+  Machine(const ir::Kernel& k, const std::vector<Array>& inputs, std::vector<Array>& outputs)
+      : k_(k), env_(k.types.size()) {
+    written_.resize(static_cast<size_t>(k.num_outputs()));
+    writer_.resize(static_cast<size_t>(k.num_outputs()));
+    for (const ir::RefParam& p : k.refs) {
+      Memory m;
+      m.param = &p;
+      Array& a = p.is_output ? outputs[static_cast<size_t>(p.operand)] : const_cast<Array&>(inputs[static_cast<size_t>(p.operand)]);
+      PL_ASSERT(a.shape() == p.array_shape && a.dtype() == p.dtype, "operand type differs from the traced type");
+      m.data = static_cast<char*>(a.data());
+      m.strides.assign(p.array_shape.size(), 1);
+      for (size_t d = p.array_shape.size(); d-- > 1;) m.strides[d - 1] = m.strides[d] * p.array_shape[d];
+      for (size_t d = 0; d < p.squeezed.size(); ++d)
+        if (!p.squeezed[d]) m.array_dim.push_back(d);
+      if (p.is_output) {
+        bool aliased = false;
+        for (auto [in, out] : k.aliases) aliased = aliased || out == p.operand;
+        const size_t o = static_cast<size_t>(p.operand);
+        written_[o].assign(static_cast<size_t>(numel(p.array_shape)), aliased ? 1 : 0);
+        writer_[o].assign(static_cast<size_t>(numel(p.array_shape)), -1);
+        m.written = &written_[o];
+        m.writer = &writer_[o];
+      }
+      mem_.push_back(std::move(m));
+    }
+  }
+
+  void run() {
+    const int64_t total = numel(k_.grid);
+    program_.assign(k_.grid.size(), 0);
+    for (linear_ = 0; linear_ < total; ++linear_) {
+      int64_t rest = linear_;
+      for (size_t d = k_.grid.size(); d-- > 0;) {
+        program_[d] = rest % k_.grid[d];
+        rest /= k_.grid[d];
+      }
+      region(k_.body);
+    }
+  }
+
+ private:
+  [[noreturn]] void fail(const ir::Inst& in, const std::string& msg) const {
+    std::ostringstream os;
+    os << "pallas_call '" << k_.name << "', program (";
+    for (size_t d = 0; d < program_.size(); ++d) os << (d ? ", " : "") << program_[d];
+    os << "), op '" << ir::op_name(in.op) << "': " << msg;
+    throw Error(os.str());
+  }
+
+  Tile& at(ir::ValueId v) { return env_[static_cast<size_t>(v)]; }
+
+  int64_t scalar(const ir::Inst& in, ir::ValueId v, const char* what) {
+    const Tile& t = at(v);
+    if (t.any_poison()) fail(in, std::string(what) + " is computed from edge-block padding (poison)");
+    return t.scalar_int();
+  }
+
+  // Runs a region; returns the values its yield names.
+  std::vector<Tile> region(const ir::Region& r) {
+    for (const ir::Inst& in : r.body) {
+      if (in.op == ir::Op::Yield) {
+        std::vector<Tile> out;
+        for (ir::ValueId v : in.operands) out.push_back(at(v));
+        return out;
+      }
+      inst(in);
+    }
+    return {};
+  }
+
+  void bind(const ir::Region& r, size_t first, std::vector<Tile>& values) {
+    for (size_t a = 0; a < values.size(); ++a) at(r.args[first + a]) = std::move(values[a]);
+  }
+
+  void inst(const ir::Inst& in) {
+    const Fail on_fail = [&](const std::string& m) { fail(in, m); };
+    auto operand = [&](size_t i) -> const Tile& { return at(in.operands[i]); };
+    switch (ir::op_family(in.op)) {
+      case ir::Family::Leaf: at(in.results[0]) = eval_leaf(in, k_.type(in.results[0]), program_, k_.grid); return;
+      case ir::Family::Unary: at(in.results[0]) = eval_unary(in.op, operand(0)); return;
+      case ir::Family::Binary: at(in.results[0]) = eval_binary(in.op, operand(0), operand(1), on_fail); return;
+      case ir::Family::Compare: at(in.results[0]) = eval_compare(in.op, operand(0), operand(1)); return;
+      case ir::Family::Select: at(in.results[0]) = eval_select(operand(0), operand(1), operand(2)); return;
+      case ir::Family::Cast: at(in.results[0]) = eval_cast(operand(0), k_.type(in.results[0]).dtype); return;
+      case ir::Family::Layout:
+        if (in.op == ir::Op::Broadcast) at(in.results[0]) = eval_broadcast(operand(0), k_.type(in.results[0]).shape, in.ints);
+        else if (in.op == ir::Op::Reshape) at(in.results[0]) = eval_reshape(operand(0), k_.type(in.results[0]).shape);
+        else at(in.results[0]) = eval_transpose(operand(0), in.ints);
+        return;
+      case ir::Family::Reduce: at(in.results[0]) = eval_reduce(in.op, operand(0), static_cast<int>(in.i0)); return;
+      case ir::Family::Scan: at(in.results[0]) = eval_cumsum(operand(0), static_cast<int>(in.i0)); return;
+      case ir::Family::Dot:
+        at(in.results[0]) = eval_dot(operand(0), operand(1), in.i0 != 0, in.i1 != 0, k_.type(in.results[0]).dtype);
+        return;
+      case ir::Family::Memory: memory(in); return;
+      case ir::Family::Control: control(in); return;
+      case ir::Family::Effect: debug_print(in); return;
+    }
+  }
+
+  void control(const ir::Inst& in) {
+    if (in.op == ir::Op::For) {
+      const int64_t lo = scalar(in, in.operands[0], "the loop's lower bound");
+      const int64_t hi = scalar(in, in.operands[1], "the loop's upper bound");
+      const ir::Region& body = in.regions[0];
+      const DType index_type = k_.type(body.args[0]).dtype;
+      std::vector<Tile> carries;
+      for (size_t i = 2; i < in.operands.size(); ++i) carries.push_back(at(in.operands[i]));
+      for (int64_t i = lo; i < hi; ++i) {
+        Tile idx = Tile::make(index_type, {});
+        idx.i[0] = i;
+        at(body.args[0]) = std::move(idx);
+        bind(body, 1, carries);
+        carries = region(body);
+      }
+      for (size_t r = 0; r < in.results.size(); ++r) at(in.results[r]) = std::move(carries[r]);
+    } else if (in.op == ir::Op::While) {
+      std::vector<Tile> carries;
+      for (ir::ValueId v : in.operands) carries.push_back(at(v));
+      while (true) {
+        std::vector<Tile> copy = carries;
+        bind(in.regions[0], 0, copy);
+        Tile pred = region(in.regions[0]).at(0);
+        if (pred.any_poison()) fail(in, "the loop condition is computed from edge-block padding (poison)");
+        if (!pred.i[0]) break;
+        bind(in.regions[1], 0, carries);
+        carries = region(in.regions[1]);
+      }
+      for (size_t r = 0; r < in.results.size(); ++r) at(in.results[r]) = std::move(carries[r]);
+    } else if (in.op == ir::Op::If) {
+      const bool taken = scalar(in, in.operands[0], "the cond predicate") != 0;
+      std::vector<Tile> out = region(in.regions[taken ? 0 : 1]);
+      for (size_t r = 0; r < in.results.size(); ++r) at(in.results[r]) = std::move(out[r]);
+    }
+  }
+
+  void debug_print(const ir::Inst& in) {
+    std::ostringstream os;
+    os << "[" << k_.name << " program (";
+    for (size_t d = 0; d < program_.size(); ++d) os << (d ? ", " : "") << program_[d];
+    os << ")] ";
+    size_t v = 0, pos = 0;
+    for (size_t p = in.text.find("{}"); p != std::string::npos; p = in.text.find("{}", pos)) {
+      os << in.text.substr(pos, p - pos) << at(in.operands[v++]).to_array().str();
+      pos = p + 2;
+    }
+    os << in.text.substr(pos) << "\n";
+    std::cout << os.str() << std::flush;
+  }
+
+  // Loads, stores and atomics: walk every selected element of the block.
+  void memory(const ir::Inst& in) {
+    const Memory& m = mem_[static_cast<size_t>(in.i0)];
+    const ir::RefParam& p = *m.param;
+    const size_t rank = in.index.size();
+    size_t next = rank;
+    const Tile* value = in.op == ir::Op::Load ? nullptr : &at(in.operands[next++]);
+    const Tile* mask = (in.i1 & ir::kHasMask) ? &at(in.operands[next++]) : nullptr;
+    const Tile* other = (in.i1 & ir::kHasOther) ? &at(in.operands[next++]) : nullptr;
+    if (mask && mask->any_poison()) fail(in, "the mask is computed from edge-block padding (poison)");
+
+    std::vector<int64_t> start(rank), size(rank), stride(rank), origin(p.array_shape.size());
+    for (size_t d = 0; d < rank; ++d) {
+      start[d] = scalar(in, in.operands[d], "an index");
+      size[d] = in.index[d].scalar ? 1 : in.index[d].size;
+      stride[d] = in.index[d].stride;
+    }
+    for (size_t a = 0; a < origin.size(); ++a) origin[a] = scalar(in, p.origin[a], "a block origin (index_map)");
+
+    const ir::Type& slot = in.op == ir::Op::Store ? k_.type(in.operands[rank]) : k_.type(in.results[0]);
+    Tile result = Tile::make(p.dtype, slot.shape);
+    const int64_t n = numel(size);
+    const int64_t isz = itemsize(p.dtype);
+    std::vector<int64_t> k(rank, 0);
+    for (int64_t e = 0; e < n; ++e) {
+      const bool active = !mask || mask->i[static_cast<size_t>(e)] != 0;
+      if (active) {
+        // Block-local bounds, then array bounds (edge padding), then the element's offset.
+        bool padding = false;
+        int64_t flat = 0;
+        for (size_t d = 0; d < rank; ++d) {
+          const int64_t local = start[d] + k[d] * stride[d];
+          if (local < 0 || local >= p.ref_shape[d]) {
+            std::ostringstream os;
+            os << "index " << local << " is out of bounds for dimension " << d << " of ref " << p.name << " with shape "
+               << shape_str(p.ref_shape);
+            fail(in, os.str());
+          }
+          const size_t a = m.array_dim[d];
+          const int64_t global = origin[a] + local;
+          if (global < 0 || global >= p.array_shape[a]) padding = true;
+          flat += global * m.strides[a];
+        }
+        for (size_t a = 0; a < p.squeezed.size(); ++a) {
+          if (!p.squeezed[a]) continue;
+          if (origin[a] < 0 || origin[a] >= p.array_shape[a]) padding = true;
+          flat += origin[a] * m.strides[a];
+        }
+        access(in, m, e, flat * isz, flat, padding, value, result, k);
+      } else if (in.op == ir::Op::Load) {
+        if (other) {
+          if (result.floating()) result.f[static_cast<size_t>(e)] = other->f[static_cast<size_t>(e)];
+          else result.i[static_cast<size_t>(e)] = other->i[static_cast<size_t>(e)];
+          if (other->poisoned(e)) result.set_poison(e);
+        } else {
+          result.set_poison(e);  // a masked-off lane without `other` is undefined
+        }
+      }
+      for (size_t d = rank; d-- > 0;)
+        if (++k[d] < size[d]) break;
+        else k[d] = 0;
+    }
+    if (in.op != ir::Op::Store) at(in.results[0]) = std::move(result);
+  }
+
+  void access(const ir::Inst& in, const Memory& m, int64_t e, int64_t byte, int64_t flat, bool padding,
+              const Tile* value, Tile& result, const std::vector<int64_t>& k) {
+    const ir::RefParam& p = *m.param;
+    auto where = [&] {
+      std::ostringstream os;
+      os << "element (";
+      for (size_t d = 0; d < k.size(); ++d) os << (d ? ", " : "") << k[d];
+      os << ") of the selection in ref " << p.name;
+      return os.str();
+    };
+    if (in.op == ir::Op::Load) {
+      if (padding) { result.set_poison(e); return; }
+      if (p.is_output && !(*m.written)[static_cast<size_t>(flat)])
+        fail(in, "reads " + where() + ", output memory that nothing has written");
+      if (result.floating()) result.f[static_cast<size_t>(e)] = load_as_double(p.dtype, m.data + byte);
+      else result.i[static_cast<size_t>(e)] = load_as_int64(p.dtype, m.data + byte);
+      return;
+    }
+    if (padding) {
+      if (in.op != ir::Op::Store) result.set_poison(e);
+      return;  // writes past the array's end are dropped
+    }
+    if (value->poisoned(e)) fail(in, "stores a value computed from edge-block padding (poison) into " + where());
+    if (!p.is_output) fail(in, "writes to input ref " + p.name + " (inputs are read-only unless aliased to an output)");
+    int64_t& w = (*m.writer)[static_cast<size_t>(flat)];
+    const bool atomic = in.op != ir::Op::Store;
+    if (!atomic && w != -1 && w != linear_)
+      fail(in, "writes " + where() + ", which program " + std::to_string(w) + " (row-major linear id) also wrote");
+    w = atomic ? (w == -1 || w == linear_ ? linear_ : kAtomicWriter) : linear_;
+    if (atomic) {
+      const bool was_written = (*m.written)[static_cast<size_t>(flat)];
+      if (!was_written) fail(in, "updates " + where() + ", output memory that nothing has written");
+      if (value->floating()) {
+        const double old = load_as_double(p.dtype, m.data + byte), v = value->f[static_cast<size_t>(e)];
+        result.f[static_cast<size_t>(e)] = old;
+        double nv = in.op == ir::Op::AtomicAdd ? old + v : in.op == ir::Op::AtomicMax ? std::max(old, v) : std::min(old, v);
+        store_from_double(p.dtype, m.data + byte, nv);
+      } else {
+        const int64_t old = load_as_int64(p.dtype, m.data + byte), v = value->i[static_cast<size_t>(e)];
+        result.i[static_cast<size_t>(e)] = old;
+        int64_t nv = in.op == ir::Op::AtomicAdd ? old + v : in.op == ir::Op::AtomicMax ? std::max(old, v) : std::min(old, v);
+        store_from_int64(p.dtype, m.data + byte, nv);
+      }
+    } else if (value->floating()) {
+      store_from_double(p.dtype, m.data + byte, value->f[static_cast<size_t>(e)]);
+    } else {
+      store_from_int64(p.dtype, m.data + byte, value->i[static_cast<size_t>(e)]);
+    }
+    (*m.written)[static_cast<size_t>(flat)] = 1;
+  }
+
+  const ir::Kernel& k_;
+  std::vector<Tile> env_;
+  std::vector<Memory> mem_;
+  std::vector<std::vector<uint8_t>> written_;
+  std::vector<std::vector<int64_t>> writer_;
+  std::vector<int64_t> program_;
+  int64_t linear_ = 0;
+};
+
+class InterpretedKernel final : public backend::Executable {
+ public:
+  explicit InterpretedKernel(const ir::Kernel& k) : kernel_(k) {}
+  void run(const std::vector<Array>& inputs, std::vector<Array>& outputs) override {
+    Machine(kernel_, inputs, outputs).run();
+  }
+
+ private:
+  ir::Kernel kernel_;
+};
+
+class InterpreterBackend final : public backend::Backend {
+ public:
+  const char* name() const override { return "interpret"; }
+  std::unique_ptr<backend::Executable> compile(const ir::Kernel& k, const backend::CompileOptions&) override {
+    return std::make_unique<InterpretedKernel>(k);
+  }
+};
+
+}  // namespace
+
+backend::Backend& backend() {
+  static InterpreterBackend b;
+  return b;
+}
+
+}  // namespace palladium::interp

@@ -1,0 +1,191 @@
+// pallas_call: describe, trace once per input signature, compile for a backend, cache, run.
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <mutex>
+
+#include "backends/backend.h"
+#include "core/grid_mapping.h"
+#include "trace/context.h"
+
+namespace palladium::detail {
+
+struct CallImpl::Cache {
+  struct Entry {
+    ir::Kernel kernel;
+    std::string backend;
+    std::unique_ptr<backend::Executable> exe;
+    std::vector<ShapeDtype> outputs;
+    std::vector<std::pair<int, int>> aliases;
+  };
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<Entry>> entries;
+  int traces = 0;
+};
+
+namespace {
+
+std::string label(bool is_output, size_t i) { return (is_output ? "out_specs[" : "in_specs[") + std::to_string(i) + "]"; }
+
+void add_ref(ir::Kernel& kernel, ir::Builder& b, const std::vector<Value>& pids, bool is_output, size_t operand,
+             const ShapeDtype& sd, const BlockSpec& spec, std::vector<Ref>& refs) {
+  const std::string what = label(is_output, operand);
+  const std::vector<BlockDim>& block = spec.block_shape();
+  const Shape& shape = sd.shape;
+  auto fail = [&](const std::string& msg) { b.fail("BlockSpec", what + ": " + msg); };
+  if (block.size() != shape.size())
+    fail("block shape has rank " + std::to_string(block.size()) + " but the array " + shape_str(shape) + " has rank " +
+         std::to_string(shape.size()));
+  ir::RefParam p;
+  p.name = (is_output ? "o" : "x") + std::to_string(operand);
+  p.is_output = is_output;
+  p.operand = static_cast<int>(operand);
+  p.dtype = sd.dtype;
+  p.array_shape = shape;
+  for (size_t d = 0; d < block.size(); ++d) {
+    if (!block[d].squeezed && (block[d].size < 1 || block[d].size > shape[d]))
+      fail("block shape " + std::to_string(block[d].size) + " in dimension " + std::to_string(d) +
+           (block[d].size < 1 ? " is not positive" : " is larger than the array " + shape_str(shape)));
+    p.block_shape.push_back(block[d].squeezed ? 1 : block[d].size);
+    p.squeezed.push_back(block[d].squeezed);
+    if (!block[d].squeezed) p.ref_shape.push_back(block[d].size);
+  }
+  const size_t rank = pids.size();
+  if (!(spec.arity_mask() & (1u << rank))) {
+    std::string takes;
+    for (int n = 0; n < 32; ++n)
+      if (spec.arity_mask() & (1u << n)) takes += (takes.empty() ? "" : " or ") + std::to_string(n);
+    fail("index_map takes " + (takes.empty() ? std::string("no valid number of") : takes) +
+         " grid indices but the grid " + shape_str(kernel.grid) + " has rank " + std::to_string(rank));
+  }
+  Indexer idx = spec.index_map()(pids);
+  if (idx.args.size() != shape.size())
+    fail("index_map returned " + std::to_string(idx.args.size()) + " block indices for an array of rank " +
+         std::to_string(shape.size()));
+  for (size_t d = 0; d < idx.args.size(); ++d) {
+    Value v;
+    if (const int64_t* k = std::get_if<int64_t>(&idx.args[d].v)) v = Value(*k);
+    else if (const Value* t = std::get_if<Value>(&idx.args[d].v)) v = *t;
+    else fail("index_map entry " + std::to_string(d) + " must be an integer or a traced index, not a slice");
+    if (!v.is_literal() && (!v.shape().empty() || !is_integer(v.dtype())))
+      fail("index_map entry " + std::to_string(d) + " must be an integer scalar");
+    Value origin = p.squeezed[d] ? v : v * block[d].size;
+    p.origin.push_back(trace::as_value(origin, DType::int32, {}, "index_map"));
+  }
+  kernel.refs.push_back(std::move(p));
+  refs.emplace_back(static_cast<int>(kernel.refs.size() - 1), kernel.refs.back().ref_shape, sd.dtype);
+}
+
+ir::Kernel trace_kernel(const CallImpl& call, const CallDesc& d) {
+  trace::Context ctx(d.name, d.grid, d.program_id_offset);
+  ir::Kernel& kernel = ctx.kernel();
+  ir::Builder& b = ctx.builder();
+  kernel.aliases = d.aliases;
+  std::vector<Value> pids;
+  for (size_t a = 0; a < d.grid.size(); ++a) pids.push_back(trace::wrap(b.program_id(static_cast<int>(a))));
+  std::vector<Ref> refs;
+  for (size_t i = 0; i < d.inputs.size(); ++i) {
+    if (!d.inputs[i]) { refs.emplace_back(); continue; }
+    add_ref(kernel, b, pids, false, i, *d.inputs[i], d.in_specs[i], refs);
+  }
+  kernel.num_inputs = static_cast<int>(kernel.refs.size());
+  for (size_t o = 0; o < d.outputs.size(); ++o) add_ref(kernel, b, pids, true, o, d.outputs[o], d.out_specs[o], refs);
+
+  const KernelFn& fn = call.base().kernel;
+  if (!(fn.arity_mask & (1u << refs.size()))) {
+    std::string takes;
+    for (int n = 0; n <= kMaxRefs; ++n)
+      if (fn.arity_mask & (1u << n)) takes += (takes.empty() ? "" : " or ") + std::to_string(n);
+    b.fail("call", "the kernel takes " + (takes.empty() ? std::string("an unsupported number of") : takes) +
+                       " Refs but the call passes " + std::to_string(refs.size()) + " (" +
+                       std::to_string(d.inputs.size()) + " inputs + " + std::to_string(d.outputs.size()) + " outputs)");
+  }
+  fn.fn(Refs(refs));
+  b.finish();
+  ir::verify(kernel);
+  return std::move(kernel);
+}
+
+std::string signature(const InputTypes& in, const std::string& backend_name) {
+  std::string key = backend_name;
+  for (const auto& t : in) key += "|" + (t ? std::string(dtype_name(t->dtype)) + shape_str(t->shape) : "none");
+  return key;
+}
+
+std::string choose_backend(const CallOptions& o) {
+  if (o.interpret) return "interpret";
+  if (!o.backend.empty()) return o.backend;
+  return backend::default_name();
+}
+
+InputTypes types_of(const std::vector<Array>& inputs) {
+  InputTypes t;
+  for (const Array& a : inputs) {
+    if (a.defined()) t.push_back(ShapeDtype(a.shape(), a.dtype()));
+    else t.push_back(std::nullopt);
+  }
+  return t;
+}
+
+std::shared_ptr<CallImpl::Cache::Entry> entry_for(const CallImpl& call, const InputTypes& in) {
+  const CallOptions& o = call.base().options;
+  const std::string backend_name = choose_backend(o);
+  const std::string key = signature(in, backend_name);
+  CallImpl::Cache& cache = *call.cache;
+  std::lock_guard<std::mutex> lock(cache.mu);
+  if (auto it = cache.entries.find(key); it != cache.entries.end()) return it->second;
+  auto e = std::make_shared<CallImpl::Cache::Entry>();
+  CallDesc d = describe(call, in);
+  e->kernel = trace_kernel(call, d);
+  ++cache.traces;
+  e->outputs = d.outputs;
+  e->aliases = d.aliases;
+  e->backend = backend_name;
+  if (o.debug) std::cout << "--- pallas_call '" << d.name << "' IR (" << backend_name << ") ---\n" << ir::print(e->kernel);
+  backend::Backend& be = backend::get(backend_name);
+  if (std::string why = be.unavailable_reason(); !why.empty())
+    throw Error("pallas_call '" + d.name + "': backend '" + backend_name + "' is unavailable: " + why);
+  e->exe = be.compile(e->kernel, {o.debug, o.compiler_params});
+  cache.entries[key] = e;
+  return e;
+}
+
+}  // namespace
+
+std::shared_ptr<CallImpl> make_call(KernelFn kernel, std::vector<ShapeDtype> out_shapes, CallOptions options) {
+  auto c = std::make_shared<CallImpl>();
+  c->kernel = std::move(kernel);
+  c->out_shapes = std::move(out_shapes);
+  c->options = std::move(options);
+  c->cache = std::make_shared<CallImpl::Cache>();
+  return c;
+}
+
+std::shared_ptr<CallImpl> make_vmap(std::shared_ptr<CallImpl> inner, std::vector<std::optional<int64_t>> in_axes) {
+  auto c = std::make_shared<CallImpl>();
+  c->inner = std::move(inner);
+  c->in_axes = std::move(in_axes);
+  c->cache = std::make_shared<CallImpl::Cache>();
+  return c;
+}
+
+std::vector<Array> invoke(const CallImpl& call, const std::vector<Array>& inputs) {
+  auto e = entry_for(call, types_of(inputs));
+  std::vector<Array> outputs;
+  for (const ShapeDtype& s : e->outputs) outputs.emplace_back(s.shape, s.dtype);
+  for (auto [in, out] : e->aliases) outputs[static_cast<size_t>(out)] = inputs[static_cast<size_t>(in)].copy();
+  e->exe->run(inputs, outputs);
+  return outputs;
+}
+
+std::string lower(const CallImpl& call, const std::vector<ShapeDtype>& inputs) {
+  InputTypes in(inputs.begin(), inputs.end());
+  return ir::print(trace_kernel(call, describe(call, in)));
+}
+
+int trace_count(const CallImpl& call) {
+  std::lock_guard<std::mutex> lock(call.cache->mu);
+  return call.cache->traces;
+}
+
+}  // namespace palladium::detail

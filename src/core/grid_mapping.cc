@@ -1,0 +1,120 @@
+#include "core/grid_mapping.h"
+
+#include "palladium/error.h"
+
+namespace palladium::detail {
+namespace {
+
+constexpr uint32_t kAnyArity = ~0u;
+
+BlockSpec whole_block(const Shape& shape) {
+  std::vector<BlockDim> dims(shape.begin(), shape.end());
+  const size_t rank = shape.size();
+  return BlockSpec::from_parts(
+      dims, [rank](std::span<const Value>) { return Indexer(std::vector<IndexArg>(rank, IndexArg(0))); }, kAnyArity);
+}
+
+BlockSpec canonical(const BlockSpec& spec, const Shape& shape) {
+  if (spec.whole_array()) return whole_block(shape);
+  if (!spec.has_index_map()) {
+    const size_t rank = spec.block_shape().size();
+    return BlockSpec::from_parts(
+        spec.block_shape(), [rank](std::span<const Value>) { return Indexer(std::vector<IndexArg>(rank, IndexArg(0))); },
+        kAnyArity);
+  }
+  return spec;
+}
+
+CallDesc describe_base(const CallImpl& c, const InputTypes& inputs) {
+  const CallOptions& o = c.options;
+  CallDesc d;
+  d.name = c.name();
+  d.grid = o.grid;
+  d.inputs = inputs;
+  d.outputs = c.out_shapes;
+  d.aliases = o.input_output_aliases;
+  const std::string where = "pallas_call '" + d.name + "': ";
+  for (int64_t g : d.grid) PL_CHECK(g > 0, where, "grid ", shape_str(d.grid), " has a dimension that is not positive");
+  PL_CHECK(o.in_specs.empty() || o.in_specs.size() == inputs.size(), where, "in_specs has ", o.in_specs.size(),
+           " entries but the call got ", inputs.size(), " inputs");
+  PL_CHECK(o.out_specs.empty() || o.out_specs.size() == d.outputs.size(), where, "out_specs has ", o.out_specs.size(),
+           " entries but there are ", d.outputs.size(), " outputs");
+  PL_CHECK(!d.outputs.empty(), where, "needs at least one output shape");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    BlockSpec s = o.in_specs.empty() ? BlockSpec() : o.in_specs[i];
+    d.in_specs.push_back(inputs[i] ? canonical(s, inputs[i]->shape) : s);
+  }
+  for (size_t i = 0; i < d.outputs.size(); ++i)
+    d.out_specs.push_back(canonical(o.out_specs.empty() ? BlockSpec() : o.out_specs[i], d.outputs[i].shape));
+  for (auto [in, out] : d.aliases) {
+    PL_CHECK(in >= 0 && in < static_cast<int>(inputs.size()) && out >= 0 && out < static_cast<int>(d.outputs.size()),
+             where, "input_output_aliases entry (", in, ", ", out, ") is out of range");
+    PL_CHECK(inputs[static_cast<size_t>(in)] && *inputs[static_cast<size_t>(in)] == d.outputs[static_cast<size_t>(out)], where,
+             "input ", in, " is aliased to output ", out, " but their shapes or dtypes differ");
+  }
+  return d;
+}
+
+CallDesc describe_vmap(const CallImpl& c, const InputTypes& inputs) {
+  const std::string where = "vmap of pallas_call '" + c.name() + "': ";
+  std::vector<std::optional<int64_t>> axes = c.in_axes;
+  if (axes.empty()) axes.assign(inputs.size(), 0);
+  PL_CHECK(axes.size() == inputs.size(), where, "in_axes has ", axes.size(), " entries but the call got ",
+           inputs.size(), " inputs");
+  int64_t batch = -1;
+  InputTypes inner_inputs = inputs;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!axes[i] || !inputs[i]) { axes[i].reset(); continue; }
+    const Shape& s = inputs[i]->shape;
+    int64_t a = *axes[i] < 0 ? *axes[i] + static_cast<int64_t>(s.size()) : *axes[i];
+    PL_CHECK(a >= 0 && a < static_cast<int64_t>(s.size()), where, "in_axes[", i, "] = ", *axes[i],
+             " is out of range for input ", i, " of shape ", shape_str(s));
+    axes[i] = a;
+    PL_CHECK(batch < 0 || batch == s[static_cast<size_t>(a)], where, "input ", i, " has batch size ",
+             s[static_cast<size_t>(a)], " but an earlier input has ", batch);
+    batch = s[static_cast<size_t>(a)];
+    inner_inputs[i]->shape.erase(inner_inputs[i]->shape.begin() + a);
+  }
+  PL_CHECK(batch >= 0, where, "no input is batched (every in_axes entry is None)");
+
+  CallDesc inner = describe(*c.inner, inner_inputs);
+  CallDesc d = inner;
+  d.inputs = inputs;
+  d.grid.insert(d.grid.begin(), batch);
+  d.program_id_offset = inner.program_id_offset + 1;
+  auto batched = [](const BlockSpec& s, int64_t axis) {
+    std::vector<BlockDim> shape = s.block_shape();
+    shape.insert(shape.begin() + axis, BlockDim(None));
+    auto map = [m = s.index_map(), axis](std::span<const Value> g) {
+      Indexer r = m(g.subspan(1));
+      r.args.insert(r.args.begin() + axis, IndexArg(g[0]));
+      return r;
+    };
+    uint32_t arity = s.arity_mask() == kAnyArity ? kAnyArity : s.arity_mask() << 1;
+    return BlockSpec::from_parts(shape, map, arity);
+  };
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i]) continue;
+    const BlockSpec& s = inner.in_specs[i];
+    if (axes[i]) {
+      d.in_specs[i] = batched(s, *axes[i]);
+    } else {
+      uint32_t arity = s.arity_mask() == kAnyArity ? kAnyArity : s.arity_mask() << 1;
+      d.in_specs[i] = BlockSpec::from_parts(
+          s.block_shape(), [m = s.index_map()](std::span<const Value> g) { return m(g.subspan(1)); }, arity);
+    }
+  }
+  for (size_t o = 0; o < d.outputs.size(); ++o) {
+    d.outputs[o].shape.insert(d.outputs[o].shape.begin(), batch);
+    d.out_specs[o] = batched(inner.out_specs[o], 0);
+  }
+  return d;
+}
+
+}  // namespace
+
+CallDesc describe(const CallImpl& call, const InputTypes& inputs) {
+  return call.inner ? describe_vmap(call, inputs) : describe_base(call, inputs);
+}
+
+}  // namespace palladium::detail

@@ -1,0 +1,46 @@
+// Canonical description of one pallas_call for given input types: the grid, one BlockSpec per
+// input and output with explicit block shapes and index maps, and the program_id offset that vmap
+// adds. vmap builds its description from the inner call's (Pallas's batching rule).
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "palladium/call.h"
+
+namespace palladium::detail {
+
+class CallImpl {
+ public:
+  // A pallas_call ...
+  KernelFn kernel;
+  std::vector<ShapeDtype> out_shapes;
+  CallOptions options;
+  // ... or a vmap of another callable.
+  std::shared_ptr<CallImpl> inner;
+  std::vector<std::optional<int64_t>> in_axes;
+
+  const CallImpl& base() const { return inner ? inner->base() : *this; }
+  std::string name() const { return base().options.name.empty() ? "kernel" : base().options.name; }
+
+  struct Cache;
+  std::shared_ptr<Cache> cache;
+};
+
+using InputTypes = std::vector<std::optional<ShapeDtype>>;  // nullopt: a None input
+
+struct CallDesc {
+  std::string name;
+  Shape grid;
+  InputTypes inputs;
+  std::vector<BlockSpec> in_specs;    // canonical: explicit shape and index map
+  std::vector<ShapeDtype> outputs;
+  std::vector<BlockSpec> out_specs;
+  std::vector<std::pair<int, int>> aliases;
+  int program_id_offset = 0;
+};
+
+CallDesc describe(const CallImpl& call, const InputTypes& inputs);
+
+}  // namespace palladium::detail

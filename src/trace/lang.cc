@@ -1,0 +1,159 @@
+// The kernel language's free functions: pl.*, jnp.*, jax.nn.* and lax.* on traced Values.
+#include "palladium/lang.h"
+
+#include <cmath>
+
+#include "trace/context.h"
+
+namespace palladium {
+
+namespace detail_binary {
+Value apply(ir::Op op, const Value& a, const Value& b, const char* name);
+}
+
+using trace::as_value;
+using trace::builder;
+using trace::wrap;
+
+Value program_id(int axis) {
+  trace::Context& ctx = trace::Context::current("program_id");
+  return wrap(ctx.builder().program_id(axis + ctx.program_id_offset()));
+}
+
+Value num_programs(int axis) {
+  trace::Context& ctx = trace::Context::current("num_programs");
+  return wrap(ctx.builder().num_programs(axis + ctx.program_id_offset()));
+}
+
+Value cdiv(const Value& a, const Value& b) {
+  if (is_float(a.dtype()) || is_float(b.dtype())) builder("cdiv").fail("cdiv", "takes integer operands");
+  return (a + b - 1) / b;
+}
+
+Value dot(const Value& a, const Value& b, bool trans_a, bool trans_b) {
+  DType t = trace::result_dtype(a, b);
+  ir::ValueId ia = as_value(a, "dot"), ib = as_value(b, "dot");
+  ir::Builder& bld = builder("dot");
+  ia = bld.cast(ia, t);
+  ib = bld.cast(ib, t);
+  return wrap(bld.dot(ia, ib, trans_a, trans_b));
+}
+
+void debug_print(const std::string& format, const std::vector<Value>& values) {
+  std::vector<ir::ValueId> ids;
+  for (const Value& v : values) ids.push_back(as_value(v, "debug_print"));
+  size_t holes = 0;
+  for (size_t p = format.find("{}"); p != std::string::npos; p = format.find("{}", p + 2)) ++holes;
+  if (holes != values.size())
+    builder("debug_print").fail("debug_print", "format has " + std::to_string(holes) + " {} placeholders for " +
+                                                   std::to_string(values.size()) + " values");
+  builder("debug_print").debug_print(format, ids);
+}
+
+namespace jnp {
+
+static Value unary(ir::Op op, const Value& x, const char* name) {
+  ir::ValueId id = as_value(x, name);
+  // Transcendentals of integer Values compute in float32, as jnp does.
+  if (ir::op_family(op) == ir::Family::Unary && op != ir::Op::Neg && op != ir::Op::Abs && op != ir::Op::Not &&
+      !is_float(builder(name).type(id).dtype))
+    id = builder(name).cast(id, DType::float32);
+  return wrap(builder(name).unary(op, id));
+}
+
+Value neg(const Value& x) { return unary(ir::Op::Neg, x, "neg"); }
+Value abs(const Value& x) { return unary(ir::Op::Abs, x, "abs"); }
+Value exp(const Value& x) { return unary(ir::Op::Exp, x, "exp"); }
+Value exp2(const Value& x) { return unary(ir::Op::Exp2, x, "exp2"); }
+Value log(const Value& x) { return unary(ir::Op::Log, x, "log"); }
+Value log2(const Value& x) { return unary(ir::Op::Log2, x, "log2"); }
+Value log1p(const Value& x) { return unary(ir::Op::Log1p, x, "log1p"); }
+Value sqrt(const Value& x) { return unary(ir::Op::Sqrt, x, "sqrt"); }
+Value rsqrt(const Value& x) { return unary(ir::Op::Rsqrt, x, "rsqrt"); }
+Value sin(const Value& x) { return unary(ir::Op::Sin, x, "sin"); }
+Value cos(const Value& x) { return unary(ir::Op::Cos, x, "cos"); }
+Value tanh(const Value& x) { return unary(ir::Op::Tanh, x, "tanh"); }
+Value logistic(const Value& x) { return unary(ir::Op::Logistic, x, "logistic"); }
+Value erf(const Value& x) { return unary(ir::Op::Erf, x, "erf"); }
+Value floor(const Value& x) { return unary(ir::Op::Floor, x, "floor"); }
+Value ceil(const Value& x) { return unary(ir::Op::Ceil, x, "ceil"); }
+Value logical_not(const Value& x) { return unary(ir::Op::Not, x, "not"); }
+
+Value pow(const Value& x, const Value& y) {
+  DType t = trace::result_dtype(x, y);
+  if (!is_float(t)) t = DType::float32;
+  Shape s = trace::broadcast_shapes(x.shape(), y.shape(), "pow");
+  return wrap(builder("pow").binary(ir::Op::Pow, as_value(x, t, s, "pow"), as_value(y, t, s, "pow")));
+}
+Value maximum(const Value& a, const Value& b) { return detail_binary::apply(ir::Op::Max, a, b, "max"); }
+Value minimum(const Value& a, const Value& b) { return detail_binary::apply(ir::Op::Min, a, b, "min"); }
+Value logical_and(const Value& a, const Value& b) { return detail_binary::apply(ir::Op::And, a, b, "and"); }
+Value logical_or(const Value& a, const Value& b) { return detail_binary::apply(ir::Op::Or, a, b, "or"); }
+Value equal(const Value& a, const Value& b) { return a == b; }
+
+Value floor_divide(const Value& a, const Value& b) {
+  DType t = trace::result_dtype(a, b);
+  if (is_float(t)) return floor(a / b);
+  // Python's // rounds toward negative infinity; lax.div truncates: fix up where signs differ.
+  Value q = a / b, r = a % b;
+  Value adjust = (r != 0) & ((r < 0) != (b < 0));
+  return where(adjust, q - 1, q);
+}
+
+Value where(const Value& c, const Value& a, const Value& b) {
+  DType t = trace::result_dtype(a, b);
+  Shape s = trace::broadcast_shapes(trace::broadcast_shapes(c.shape(), a.shape(), "select"), b.shape(), "select");
+  ir::ValueId ic = as_value(c, "select");
+  if (builder("select").type(ic).dtype != DType::bool_)
+    builder("select").fail("select", std::string("condition must be bool, not ") + dtype_name(builder("select").type(ic).dtype));
+  ic = as_value(c, DType::bool_, s, "select");
+  return wrap(builder("select").select(ic, as_value(a, t, s, "select"), as_value(b, t, s, "select")));
+}
+
+Value astype(const Value& x, DType t) { return x.astype(t); }
+Value reshape(const Value& x, Shape shape) { return x.reshape(std::move(shape)); }
+Value transpose(const Value& x, std::vector<int64_t> perm) { return perm.empty() ? x.T() : x.transpose(std::move(perm)); }
+Value broadcast_to(const Value& x, Shape shape) { return x.broadcast_to(std::move(shape)); }
+Value expand_dims(const Value& x, int64_t axis) { return x.expand_dims(axis); }
+Value sum(const Value& x, int64_t axis) { return x.sum(axis); }
+Value max(const Value& x, int64_t axis) { return x.max(axis); }
+Value min(const Value& x, int64_t axis) { return x.min(axis); }
+Value argmax(const Value& x, int64_t axis) { return x.argmax(axis); }
+Value argmin(const Value& x, int64_t axis) { return x.argmin(axis); }
+
+Value cumsum(const Value& x, int64_t axis) {
+  ir::ValueId id = as_value(x, "cumsum");
+  int64_t rank = static_cast<int64_t>(builder("cumsum").type(id).shape.size());
+  int64_t a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= rank) builder("cumsum").fail("cumsum", "axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  return wrap(builder("cumsum").cumsum(id, static_cast<int>(a)));
+}
+
+Value arange(int64_t n, DType dtype) { return iota(dtype, {n}, 0); }
+Value iota(DType dtype, Shape shape, int64_t dimension) {
+  return wrap(builder("iota").iota(dtype, std::move(shape), static_cast<int>(dimension)));
+}
+Value zeros(Shape shape, DType dtype) { return jnp::full(std::move(shape), 0.0, dtype); }
+Value ones(Shape shape, DType dtype) { return jnp::full(std::move(shape), 1.0, dtype); }
+Value full(Shape shape, double value, DType dtype) { return wrap(builder("full").constant(dtype, std::move(shape), value)); }
+Value dot(const Value& a, const Value& b) { return palladium::dot(a, b); }
+Value matmul(const Value& a, const Value& b) { return palladium::dot(a, b); }
+
+}  // namespace jnp
+
+namespace nn {
+Value relu(const Value& x) { return jnp::maximum(x, 0); }
+Value sigmoid(const Value& x) { return jnp::logistic(x); }
+Value gelu(const Value& x) {
+  const double c = std::sqrt(2.0 / M_PI);
+  return 0.5 * x * (1.0 + jnp::tanh(c * (x + 0.044715 * x * x * x)));
+}
+Value silu(const Value& x) { return x * jnp::logistic(x); }
+}  // namespace nn
+
+namespace lax {
+Value div(const Value& a, const Value& b) { return a / b; }
+Value rem(const Value& a, const Value& b) { return a % b; }
+}  // namespace lax
+
+}  // namespace palladium
