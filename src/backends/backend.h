@@ -38,5 +38,7 @@ Backend& get(const std::string& name);
 // PALLADIUM_BACKEND if set, else the fastest backend available on this machine.
 std::string default_name();
 std::vector<std::string> names();
+// The backends that can run on this machine, interpreter first.
+std::vector<std::string> available_names();
 
 }  // namespace palladium::backend

@@ -76,15 +76,17 @@ Decimal shortest_half(double v) {
     }
     double power = 1.0;  // 10^|scale|, exact for the few digits halves need
     for (int i = 0; i < std::abs(scale); ++i) power *= 10.0;
+    // The nearest comes first and wins ties: to_chars rounds exact ties to the even digit, as
+    // Dragon4 does. Real distance differences are far above the 1e-9 relative slack.
     int64_t best = 0;
     double best_distance = 0;
-    for (int64_t candidate = n - 1; candidate <= n + 1; ++candidate) {
+    for (int64_t candidate : {n, n - 1, n + 1}) {
       if (candidate <= 0) continue;
       const double c = scale >= 0 ? static_cast<double>(candidate) * power
                                   : static_cast<double>(candidate) / power;
       if (round_to(DType::float16, c) != magnitude) continue;
       const double distance = std::fabs(c - magnitude);
-      if (best == 0 || distance < best_distance) {
+      if (best == 0 || distance < best_distance - 1e-9 * magnitude) {
         best = candidate;
         best_distance = distance;
       }
@@ -195,8 +197,11 @@ class FloatFormat {
       min_abs = any_nonzero ? std::min(min_abs, a) : a;
       any_nonzero = true;
     }
-    // The ratio is computed in the array's own type, as NumPy does (it can round or overflow).
-    scientific_ = any_nonzero && (max_abs >= 1e8 || min_abs < 1e-4 || round_to(t, max_abs / min_abs) > 1000.0);
+    // NumPy switches to scientific above 10^min(8, decimal precision of the type); the ratio is
+    // computed in the array's own type (it can round or overflow there).
+    const double max_positional = t == DType::float16 ? 1e3 : t == DType::float32 ? 1e6 : 1e8;
+    scientific_ = any_nonzero &&
+                  (max_abs >= max_positional || min_abs < 1e-4 || round_to(t, max_abs / min_abs) > 1000.0);
     if (finite.empty()) {
       pad_left_ = pad_right_ = 0;
     } else if (scientific_) {
@@ -228,7 +233,11 @@ class FloatFormat {
   std::string operator()(double v) const {
     if (!std::isfinite(v)) return pad_left(non_finite_str(v), pad_left_ + pad_right_ + 1);
     if (scientific_) {
-      Parts p = scientific_parts(scientific_digits(v, dtype_, precision_));
+      // Every value shows precision_ digits; past its unique ones they are the exact value's digits
+      // (NumPy's min_digits), not zeros.
+      Decimal d = scientific_digits(v, dtype_, precision_);
+      if (static_cast<int>(d.digits.size()) - 1 < precision_) d = to_decimal(v, std::chars_format::scientific, precision_);
+      const Parts p = scientific_parts(d);
       const std::string frac = pad_with(p.frac_part, static_cast<size_t>(precision_), '0', false);
       const std::string exponent = pad_with(p.exponent, exp_size_, '0', true);
       return pad_left(p.int_part, pad_left_) + "." + frac + "e" + (p.exp_negative ? "-" : "+") + exponent;

@@ -22,7 +22,7 @@ struct Block {
   uint32_t x0, x1;
 };
 
-Block threefry2x32(Key key, Block counter) {
+Block threefry_block(Key key, Block counter) {
   constexpr int kRotations[8] = {13, 15, 26, 6, 17, 29, 16, 24};
   const uint32_t ks[3] = {key.k0, key.k1, key.k0 ^ key.k1 ^ 0x1BD11BDAu};
   uint32_t x0 = counter.x0 + ks[0];
@@ -42,7 +42,7 @@ Block threefry2x32(Key key, Block counter) {
 
 Block block_at(Key key, int64_t i) {
   const auto counter = static_cast<uint64_t>(i);
-  return threefry2x32(key, {static_cast<uint32_t>(counter >> 32), static_cast<uint32_t>(counter)});
+  return threefry_block(key, {static_cast<uint32_t>(counter >> 32), static_cast<uint32_t>(counter)});
 }
 
 uint32_t bits32_at(Key key, int64_t i) {
@@ -140,6 +140,11 @@ void check_shape(const char* fn, const Shape& shape) {
 
 }  // namespace
 
+std::array<uint32_t, 2> threefry2x32(Key key, uint32_t counter0, uint32_t counter1) {
+  const Block b = threefry_block(key, {counter0, counter1});
+  return {b.x0, b.x1};
+}
+
 Key key(uint64_t seed) { return {static_cast<uint32_t>(seed >> 32), static_cast<uint32_t>(seed)}; }
 
 std::vector<Key> split(Key key, int n) {
@@ -154,7 +159,7 @@ std::vector<Key> split(Key key, int n) {
 }
 
 Key fold_in(Key key, uint32_t data) {
-  const Block b = threefry2x32(key, {0, data});
+  const Block b = threefry_block(key, {0, data});
   return {b.x0, b.x1};
 }
 

@@ -1,0 +1,321 @@
+// The seed's fused attention kernels, one for one. Python's `x[:, None]` is `x(pl::slice(), pl::None)`,
+// functools.partial's static parameters are lambda captures, and None refs test false.
+#include "ops/attention.h"
+
+#include <cmath>
+#include <limits>
+
+#include "palladium/palladium.h"
+
+namespace palladium::ops {
+namespace {
+
+namespace pl = palladium;
+using pl::Ref;
+using pl::Value;
+
+const float kDefaultMaskValue = -0.7f * std::numeric_limits<float>::max();
+
+Value segment_mask(const Value& q_segment_ids, const Value& kv_segment_ids) {
+  // [T, 1] == [1, S]
+  Value q = jnp::expand_dims(q_segment_ids, -1);
+  Value kv = kv_segment_ids.ndim() == 1 ? jnp::expand_dims(kv_segment_ids, 0) : jnp::expand_dims(kv_segment_ids, 1);
+  return jnp::equal(q, kv).astype(pl::bool_);
+}
+
+void mha_forward_kernel(Ref q_ref, Ref k_ref, Ref v_ref,  // input arrays
+                        Ref segment_ids_ref,              // segment_id array, or None
+                        Ref o_ref,                        // output
+                        pl::Refs residual_refs,           // residual outputs
+                        float sm_scale, bool causal, int64_t block_q, int64_t block_d, int64_t block_k) {
+  const int64_t seq_len = k_ref.shape()[0];
+  Value start_q = pl::program_id(0);
+
+  // m_i and l_i (see the FlashAttention paper) are updated during the k, v loop; o accumulates.
+  Value m_i = jnp::zeros({block_q}, pl::f32) - INFINITY;
+  Value l_i = jnp::zeros({block_q}, pl::f32);
+  Value o = jnp::zeros({block_q, block_d}, pl::f32);
+
+  pl::DSlice curr_q_slice = pl::dslice(start_q * block_q, block_q);
+  Value q = q_ref[pl::all];
+  Value q_segment_ids;
+  if (segment_ids_ref) q_segment_ids = pl::load(segment_ids_ref, pl::idx(curr_q_slice));
+
+  // The loop over blocks of q is the grid; here we loop over blocks of kv.
+  auto body = [&](Value start_k, std::tuple<Value, Value, Value> carry) {
+    auto [o_prev, m_prev, l_prev] = carry;
+    pl::DSlice curr_k_slice = pl::dslice(start_k * block_k, block_k);
+
+    Value k = pl::load(k_ref, pl::idx(curr_k_slice, pl::slice()));
+    Value qk = pl::dot(q, k.T());  // [block_q, block_k]
+    if (sm_scale != 1.0f) qk *= sm_scale;
+
+    if (causal || segment_ids_ref) {
+      Value mask;
+      if (segment_ids_ref) {
+        Value kv_segment_ids = pl::load(segment_ids_ref, pl::idx(curr_k_slice));
+        mask = segment_mask(q_segment_ids, kv_segment_ids);
+      }
+      if (causal) {
+        Value span_q = start_q * block_q + jnp::arange(block_q);
+        Value span_k = start_k * block_k + jnp::arange(block_k);
+        Value causal_mask = span_q(pl::slice(), pl::None) >= span_k(pl::None, pl::slice());
+        mask = mask.valid() ? jnp::logical_and(mask, causal_mask) : causal_mask;
+      }
+      qk = jnp::where(mask, qk, kDefaultMaskValue);
+    }
+
+    Value m_curr = qk.max(-1);
+    Value m_next = jnp::maximum(m_prev, m_curr);
+    Value correction = jnp::exp(m_prev - m_next);
+    Value l_prev_corr = correction * l_prev;
+    // m_next instead of m_curr avoids a correction on l_curr.
+    Value s_curr = jnp::exp(qk - m_next(pl::slice(), pl::None));
+    Value l_curr = s_curr.sum(-1);
+    Value l_next = l_prev_corr + l_curr;
+    Value o_prev_corr = correction(pl::slice(), pl::None) * o_prev;
+    Value v = pl::load(v_ref, pl::idx(curr_k_slice, pl::dslice(block_d)));
+    Value o_curr = pl::dot(s_curr.astype(v.dtype()), v);
+    Value o_next = o_prev_corr + o_curr;
+    return std::tuple{o_next, m_next, l_next};
+  };
+
+  Value upper_bound = causal ? pl::lax::div(block_q * (start_q + 1) + block_k - 1, block_k)
+                             : Value(pl::cdiv(seq_len, block_k));
+  std::tie(o, m_i, l_i) = pl::lax::fori_loop(0, upper_bound, body, std::tuple{o, m_i, l_i});
+
+  // o was kept unscaled during the loop; dividing by the last l_i gives the output.
+  o /= l_i(pl::slice(), pl::None);
+  if (!residual_refs.empty()) {
+    Ref lse_ref = residual_refs[0];
+    lse_ref[pl::all] = m_i + jnp::log(l_i);
+  }
+  o_ref[pl::all] = o.astype(o_ref.dtype());
+}
+
+void preprocess_backward_kernel(Ref out_ref, Ref dout_ref, Ref delta_ref) {
+  Value o = out_ref[pl::all].astype(pl::f32);
+  Value dout = dout_ref[pl::all].astype(pl::f32);
+  Value delta = jnp::sum(o * dout, 1);
+  delta_ref[pl::all] = delta.astype(delta_ref.dtype());
+}
+
+// dK, dV and dQ in parallel across the sequence.
+void mha_backward_kernel(Ref q_ref, Ref k_ref, Ref v_ref, Ref segment_ids_ref, Ref out_ref, Ref do_scaled_ref,
+                         Ref lse_ref, Ref delta_ref,  // inputs
+                         Ref dq_ref, Ref dk_ref, Ref dv_ref,  // outputs
+                         float sm_scale, bool causal, int64_t block_q1, int64_t block_k1, int64_t block_q2,
+                         int64_t block_k2, int64_t block_d) {
+  (void)out_ref;  // not needed
+  const int64_t seq_len = q_ref.shape()[0];
+
+  // Scan #1: dK and dV. Keep a block of K and V; iterate over Q blocks to accumulate dK and dV.
+  Value start_k = pl::program_id(2);
+  pl::DSlice curr_k_slice = pl::dslice(start_k * block_k1, block_k1);
+  Value dv = jnp::zeros({block_k1, block_d}, pl::f32);
+  Value dk = jnp::zeros({block_k1, block_d}, pl::f32);
+  Value v = pl::load(v_ref, pl::idx(curr_k_slice, pl::slice()));
+  Value k = pl::load(k_ref, pl::idx(curr_k_slice, pl::slice()));
+  Value span_k = start_k * block_k1 + jnp::arange(block_k1);
+  Value kv_segment_ids;
+  if (segment_ids_ref) kv_segment_ids = pl::load(segment_ids_ref, pl::idx(curr_k_slice));
+
+  auto inner_loop_dkdv = [&](Value start_q, std::tuple<Value, Value> carry) {
+    auto [dv_, dk_] = carry;
+    pl::DSlice curr_q_slice = pl::dslice(start_q * block_q1, block_q1);
+    Value q = pl::load(q_ref, pl::idx(curr_q_slice, pl::slice()));
+    Value qk = pl::dot(q, k.T());
+    if (sm_scale != 1.0f) qk *= sm_scale;
+    if (causal || segment_ids_ref) {
+      Value mask;
+      if (segment_ids_ref) {
+        Value q_segment_ids = pl::load(segment_ids_ref, pl::idx(curr_q_slice));
+        mask = segment_mask(q_segment_ids, kv_segment_ids);
+      }
+      if (causal) {
+        Value span_q = start_q * block_q1 + jnp::arange(block_q1);
+        Value causal_mask = span_q(pl::slice(), pl::None) >= span_k(pl::None, pl::slice());
+        mask = mask.valid() ? jnp::logical_and(mask, causal_mask) : causal_mask;
+      }
+      qk = jnp::where(mask, qk, kDefaultMaskValue);
+    }
+    Value lse = pl::load(lse_ref, pl::idx(curr_q_slice));
+    Value di = pl::load(delta_ref, pl::idx(curr_q_slice));
+    Value dout = pl::load(do_scaled_ref, pl::idx(curr_q_slice, pl::slice()));
+
+    Value p = jnp::exp(qk - lse(pl::slice(), pl::None));
+    dv_ = dv_ + pl::dot(p.astype(dout.dtype()).T(), dout);
+    Value dp = jnp::zeros({block_q1, block_k1}, pl::f32) - di(pl::slice(), pl::None);
+    dp = dp + pl::dot(dout, v.T());
+    Value ds = p * dp;
+    if (sm_scale != 1.0f) ds = ds * sm_scale;
+    dk_ = dk_ + pl::dot(ds.astype(q_ref.dtype()).T(), q);
+    return std::tuple{dv_, dk_};
+  };
+  Value lower_bound = causal ? pl::lax::div(start_k * block_k1, block_q1) : Value(0);
+  std::tie(dv, dk) = pl::lax::fori_loop(lower_bound, pl::cdiv(seq_len, block_q1), inner_loop_dkdv, std::tuple{dv, dk});
+  dv_ref[pl::all] = dv.astype(dv_ref.dtype());
+  dk_ref[pl::all] = dk.astype(dk_ref.dtype());
+
+  // Scan #2: dQ. Keep a block of Q; iterate over K and V blocks to accumulate dQ.
+  Value start_q = pl::program_id(2);
+  pl::DSlice curr_q_slice = pl::ds(start_q * block_q2, block_q2);
+  Value span_q = start_q * block_q2 + jnp::arange(block_q2);
+  Value dq = jnp::zeros({block_q2, block_d}, pl::f32);
+  Value q = pl::load(q_ref, pl::idx(curr_q_slice, pl::slice()));
+  Value q_segment_ids;
+  if (segment_ids_ref) q_segment_ids = pl::load(segment_ids_ref, pl::idx(curr_q_slice));
+  Value lse = pl::load(lse_ref, pl::idx(curr_q_slice));
+  Value dout = pl::load(do_scaled_ref, pl::idx(curr_q_slice, pl::slice()));
+  Value di = pl::load(delta_ref, pl::idx(curr_q_slice));
+
+  auto inner_loop_dq = [&](Value start_k2, Value dq_) {
+    pl::DSlice curr_k2_slice = pl::dslice(start_k2 * block_k2, block_k2);
+    Value k2 = pl::load(k_ref, pl::idx(curr_k2_slice, pl::slice()));
+    Value v2 = pl::load(v_ref, pl::idx(curr_k2_slice, pl::slice()));
+    Value qk = pl::dot(q, k2.T());
+    if (sm_scale != 1.0f) qk *= sm_scale;
+    if (causal || segment_ids_ref) {
+      Value mask;
+      if (segment_ids_ref) {
+        Value kv_ids = pl::load(segment_ids_ref, pl::idx(curr_k2_slice));
+        mask = segment_mask(q_segment_ids, kv_ids);
+      }
+      if (causal) {
+        Value span_k2 = start_k2 * block_k2 + jnp::arange(block_k2);
+        Value causal_mask = span_q(pl::slice(), pl::None) >= span_k2(pl::None, pl::slice());
+        mask = mask.valid() ? jnp::logical_and(mask, causal_mask) : causal_mask;
+      }
+      qk = jnp::where(mask, qk, kDefaultMaskValue);
+    }
+    Value p = jnp::exp(qk - lse(pl::slice(), pl::None));
+    Value dp = jnp::zeros({block_q2, block_k2}, pl::f32) - di(pl::slice(), pl::None);
+    dp = dp + pl::dot(dout, v2.T());
+    Value ds = p * dp;
+    if (sm_scale != 1.0f) ds = ds * sm_scale;
+    return dq_ + pl::dot(ds.astype(k2.dtype()), k2).astype(dq_.dtype());
+  };
+  Value upper_bound = causal ? pl::lax::div((start_q + 1) * block_q2, block_k2) : Value(pl::cdiv(seq_len, block_k2));
+  dq = pl::lax::fori_loop(0, upper_bound, inner_loop_dq, dq);
+  dq_ref[pl::all] = dq.astype(dq_ref.dtype());
+}
+
+struct Dims {
+  int64_t batch, seq_len, num_heads, head_dim, block_q, block_k;
+};
+
+Dims check_inputs(const char* name, const Array& q, const Array& k, const Array& v, const Array& segment_ids,
+                  const MhaOptions& o) {
+  PL_CHECK(q.ndim() == 4, name, ": q must be (batch, seq_len, num_heads, head_dim), got ", shape_str(q.shape()));
+  PL_CHECK(k.shape() == q.shape() && v.shape() == q.shape(), name, ": q, k, v shapes differ: ", shape_str(q.shape()),
+           ", ", shape_str(k.shape()), ", ", shape_str(v.shape()));
+  PL_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(), name, ": q, k, v dtypes differ");
+  Dims d{q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3], std::min(o.block_q, q.shape()[1]),
+         std::min(o.block_k, q.shape()[1])};
+  if (segment_ids.defined())
+    PL_CHECK(segment_ids.shape() == Shape({d.batch, d.seq_len}) && segment_ids.dtype() == i32, name,
+             ": segment_ids must be int32 (batch, seq_len) = ", shape_str({d.batch, d.seq_len}), ", got ",
+             dtype_name(segment_ids.dtype()), shape_str(segment_ids.shape()));
+  PL_CHECK(d.block_q > 0 && d.block_k > 0, name, ": block sizes must be positive");
+  return d;
+}
+
+CallOptions call_options(const char* name, Shape grid, const MhaOptions& o) {
+  CallOptions c;
+  c.name = name;
+  c.grid = std::move(grid);
+  c.backend = o.backend;
+  c.debug = o.debug;
+  return c;
+}
+
+BlockSpec q_block(const Dims& d) {
+  return BlockSpec({None, d.block_q, None, d.head_dim}, [](Index i, Index j, Index h) { return idx(j, i, h, 0); });
+}
+BlockSpec kv_block(const Dims& d) {
+  return BlockSpec({None, d.seq_len, None, d.head_dim}, [](Index, Index j, Index h) { return idx(j, 0, h, 0); });
+}
+BlockSpec seg_block(const Dims& d, const Array& segment_ids) {
+  if (!segment_ids.defined()) return BlockSpec();
+  return BlockSpec({None, d.seq_len}, [](Index, Index j, Index) { return idx(j, 0); });
+}
+
+std::vector<Array> forward(const Array& q, const Array& k, const Array& v, const Array& seg, const MhaOptions& o,
+                           bool residual) {
+  Dims d = check_inputs(residual ? "mha_forward" : "mha", q, k, v, seg, o);
+  CallOptions c = call_options("mha_forward", {cdiv(d.seq_len, d.block_q), d.batch, d.num_heads}, o);
+  c.in_specs = {q_block(d), kv_block(d), kv_block(d), seg_block(d, seg)};
+  c.out_specs = {q_block(d)};
+  std::vector<ShapeDtype> outs{{q.shape(), q.dtype()}};
+  if (residual) {
+    c.out_specs.push_back(BlockSpec({None, None, d.block_q}, [](Index i, Index j, Index h) { return idx(j, h, i); }));
+    outs.push_back({{d.batch, d.num_heads, d.seq_len}, f32});
+  }
+  auto kernel = [o, d](Refs r) {
+    mha_forward_kernel(r[0], r[1], r[2], r[3], r[4], r.subspan(5), o.sm_scale, o.causal, d.block_q, d.head_dim,
+                       d.block_k);
+  };
+  return pallas_call(kernel, outs, c).call({q, k, v, seg});
+}
+
+}  // namespace
+
+Array mha(const Array& q, const Array& k, const Array& v, const Array& segment_ids, const MhaOptions& options) {
+  return forward(q, k, v, segment_ids, options, false)[0];
+}
+
+std::tuple<Array, Array> mha_forward(const Array& q, const Array& k, const Array& v, const Array& segment_ids,
+                                     const MhaOptions& options) {
+  auto r = forward(q, k, v, segment_ids, options, true);
+  return {r[0], r[1]};
+}
+
+Array mha_preprocess_backward(const Array& out, const Array& dout, const MhaOptions& o) {
+  PL_CHECK(out.ndim() == 4 && dout.shape() == out.shape(), "mha_preprocess_backward: out and dout must have one (batch, seq_len, num_heads, head_dim) shape, got ",
+           shape_str(out.shape()), " and ", shape_str(dout.shape()));
+  Dims d{out.shape()[0], out.shape()[1], out.shape()[2], out.shape()[3], std::min(o.block_q, out.shape()[1]), 0};
+  CallOptions c = call_options("mha_preprocess_backward", {cdiv(d.seq_len, d.block_q), d.batch, d.num_heads}, o);
+  c.in_specs = {q_block(d), q_block(d)};
+  c.out_specs = {BlockSpec({None, None, d.block_q}, [](Index i, Index j, Index h) { return idx(j, h, i); })};
+  return pallas_call(preprocess_backward_kernel, ShapeDtype({d.batch, d.num_heads, d.seq_len}, f32), c)(out, dout);
+}
+
+std::tuple<Array, Array, Array> mha_backward(const Array& q, const Array& k, const Array& v, const Array& segment_ids,
+                                             const Array& out, const Array& lse, const Array& dout,
+                                             const MhaOptions& o) {
+  Dims d = check_inputs("mha_backward", q, k, v, segment_ids, o);
+  PL_CHECK(d.block_q == d.block_k, "mha_backward: block_q (", d.block_q, ") must equal block_k (", d.block_k,
+           "): as in the seed, dq is computed in blocks of block_q over the grid of key blocks");
+  Array delta = mha_preprocess_backward(out, dout, o);
+  CallOptions c = call_options("mha_backward", {d.batch, d.num_heads, cdiv(d.seq_len, d.block_k)}, o);
+  auto full = BlockSpec({None, d.seq_len, None, d.head_dim}, [](Index i, Index j, Index) { return idx(i, 0, j, 0); });
+  auto row = BlockSpec({None, None, d.seq_len}, [](Index i, Index j, Index) { return idx(i, j, 0); });
+  BlockSpec seg = segment_ids.defined()
+                      ? BlockSpec({None, d.seq_len}, [](Index i, Index, Index) { return idx(i, 0); })
+                      : BlockSpec();
+  c.in_specs = {full, full, full, seg, full, full, row, row};
+  auto grad_block = [](int64_t block, int64_t head_dim) {
+    return BlockSpec({None, block, None, head_dim}, [](Index i, Index j, Index h) { return idx(i, h, j, 0); });
+  };
+  c.out_specs = {grad_block(d.block_q, d.head_dim), grad_block(d.block_k, d.head_dim), grad_block(d.block_k, d.head_dim)};
+  auto kernel = [o, d](Ref q_ref, Ref k_ref, Ref v_ref, Ref seg_ref, Ref out_ref, Ref do_ref, Ref lse_ref,
+                       Ref delta_ref, Ref dq_ref, Ref dk_ref, Ref dv_ref) {
+    mha_backward_kernel(q_ref, k_ref, v_ref, seg_ref, out_ref, do_ref, lse_ref, delta_ref, dq_ref, dk_ref, dv_ref,
+                        o.sm_scale, o.causal, d.block_q, d.block_k, d.block_q, d.block_k, d.head_dim);
+  };
+  std::vector<ShapeDtype> outs{{q.shape(), q.dtype()}, {k.shape(), k.dtype()}, {v.shape(), v.dtype()}};
+  auto r = pallas_call(kernel, outs, c).call({q, k, v, segment_ids, out, dout, lse, delta});
+  return {r[0], r[1], r[2]};
+}
+
+MhaVjp mha_vjp(const Array& q, const Array& k, const Array& v, const Array& segment_ids, const MhaOptions& options) {
+  auto [out, lse] = mha_forward(q, k, v, segment_ids, options);
+  MhaVjp r;
+  r.out = out;
+  r.backward = [=, out = out, lse = lse](const Array& dout) {
+    return mha_backward(q, k, v, segment_ids, out, lse, dout, options);
+  };
+  return r;
+}
+
+}  // namespace palladium::ops

@@ -1,0 +1,58 @@
+// Fused multi-head attention (FlashAttention-style), ported line for line from the Pallas seed
+// (jax/experimental/pallas/ops/gpu/attention.py): the forward kernel with causal and segment-id
+// masks and the log-sum-exp residual, the backward preprocess kernel and the dq/dk/dv kernel, and
+// their wiring as a custom VJP. Layout: q, k, v, out are (batch, seq_len, num_heads, head_dim);
+// segment_ids is (batch, seq_len) int32 or a none Array; lse and delta are (batch, num_heads, seq_len).
+#pragma once
+#include <functional>
+#include <string>
+#include <tuple>
+
+#include "palladium/array.h"
+
+namespace palladium::ops {
+
+struct MhaOptions {
+  float sm_scale = 1.0f;
+  bool causal = false;
+  int64_t block_q = 128;
+  int64_t block_k = 128;
+  std::string backend;   // "" = the default backend
+  bool debug = false;
+};
+
+// mha(q, k, v, segment_ids): the attention output.
+Array mha(const Array& q, const Array& k, const Array& v, const Array& segment_ids, const MhaOptions& options = {});
+
+// The forward pass that also returns the residual lse = m + log(l) (the seed's _mha_forward).
+std::tuple<Array, Array> mha_forward(const Array& q, const Array& k, const Array& v, const Array& segment_ids,
+                                     const MhaOptions& options = {});
+
+// delta = sum(out * dout, axis=-1), per (batch, head, position).
+Array mha_preprocess_backward(const Array& out, const Array& dout, const MhaOptions& options = {});
+
+// dq, dk, dv from the forward residuals and the output cotangent. As in the seed, dq is computed
+// in blocks of block_q over a grid of key blocks, so block_q must equal block_k.
+std::tuple<Array, Array, Array> mha_backward(const Array& q, const Array& k, const Array& v, const Array& segment_ids,
+                                             const Array& out, const Array& lse, const Array& dout,
+                                             const MhaOptions& options = {});
+
+// The custom VJP: the output, and a function from its cotangent to (dq, dk, dv).
+struct MhaVjp {
+  Array out;
+  std::function<std::tuple<Array, Array, Array>(const Array& dout)> backward;
+};
+MhaVjp mha_vjp(const Array& q, const Array& k, const Array& v, const Array& segment_ids, const MhaOptions& options = {});
+
+// Plain C++ float64 references (the seed's mha_reference and its gradients): softmax attention
+// with masked logits at -inf; results are returned as float64 Arrays.
+struct AttentionReference {
+  Array out, lse;
+};
+AttentionReference mha_reference(const Array& q, const Array& k, const Array& v, const Array& segment_ids,
+                                 double sm_scale, bool causal);
+std::tuple<Array, Array, Array> mha_reference_backward(const Array& q, const Array& k, const Array& v,
+                                                       const Array& segment_ids, const Array& dout, double sm_scale,
+                                                       bool causal);
+
+}  // namespace palladium::ops
