@@ -2,6 +2,8 @@
 // functools.partial's static parameters are lambda captures, and None refs test false.
 #include "ops/attention.h"
 
+#include "ops/call_cache.h"
+
 #include <cmath>
 #include <limits>
 
@@ -220,6 +222,11 @@ Dims check_inputs(const char* name, const Array& q, const Array& k, const Array&
   return d;
 }
 
+std::string config_key(const Dims& d, const MhaOptions& o) {
+  return detail::cat(d.batch, ",", d.seq_len, ",", d.num_heads, ",", d.head_dim, ",", d.block_q, ",", d.block_k, ",",
+                     o.sm_scale, ",", o.causal, ",", o.backend, ",", o.debug);
+}
+
 CallOptions call_options(const char* name, Shape grid, const MhaOptions& o) {
   CallOptions c;
   c.name = name;
@@ -255,7 +262,9 @@ std::vector<Array> forward(const Array& q, const Array& k, const Array& v, const
     mha_forward_kernel(r[0], r[1], r[2], r[3], r[4], r.subspan(5), o.sm_scale, o.causal, d.block_q, d.head_dim,
                        d.block_k);
   };
-  return pallas_call(kernel, outs, c).call({q, k, v, seg});
+  return cached_call<std::vector<Array>>(config_key(d, o) + (residual ? "+lse" : "") + (seg.defined() ? "+seg" : ""),
+                                         [&] { return pallas_call(kernel, outs, c); })
+      .call({q, k, v, seg});
 }
 
 }  // namespace
@@ -277,7 +286,9 @@ Array mha_preprocess_backward(const Array& out, const Array& dout, const MhaOpti
   CallOptions c = call_options("mha_preprocess_backward", {cdiv(d.seq_len, d.block_q), d.batch, d.num_heads}, o);
   c.in_specs = {q_block(d), q_block(d)};
   c.out_specs = {BlockSpec({None, None, d.block_q}, [](Index i, Index j, Index h) { return idx(j, h, i); })};
-  return pallas_call(preprocess_backward_kernel, ShapeDtype({d.batch, d.num_heads, d.seq_len}, f32), c)(out, dout);
+  return cached_call<Array>(config_key(d, o) + dtype_name(out.dtype()), [&] {
+    return pallas_call(preprocess_backward_kernel, ShapeDtype({d.batch, d.num_heads, d.seq_len}, f32), c);
+  })(out, dout);
 }
 
 std::tuple<Array, Array, Array> mha_backward(const Array& q, const Array& k, const Array& v, const Array& segment_ids,
@@ -304,7 +315,9 @@ std::tuple<Array, Array, Array> mha_backward(const Array& q, const Array& k, con
                         o.sm_scale, o.causal, d.block_q, d.block_k, d.block_q, d.block_k, d.head_dim);
   };
   std::vector<ShapeDtype> outs{{q.shape(), q.dtype()}, {k.shape(), k.dtype()}, {v.shape(), v.dtype()}};
-  auto r = pallas_call(kernel, outs, c).call({q, k, v, segment_ids, out, dout, lse, delta});
+  auto r = cached_call<std::vector<Array>>(config_key(d, o) + (segment_ids.defined() ? "+seg" : ""),
+                                           [&] { return pallas_call(kernel, outs, c); })
+               .call({q, k, v, segment_ids, out, dout, lse, delta});
   return {r[0], r[1], r[2]};
 }
 

@@ -1,0 +1,118 @@
+// The kernel library (ops/) on every available backend: the seed attention forward, backward and
+// custom VJP against float64 references, and IndRNN against the plain loop.
+#include <gtest/gtest.h>
+
+#include "backends/backend.h"
+#include "ops/attention.h"
+#include "ops/indrnn.h"
+#include "palladium/palladium.h"
+
+namespace pl = palladium;
+
+namespace {
+
+struct Case {
+  bool causal, segmented;
+  pl::DType dtype;
+  int64_t seq, block;
+};
+
+class Attention : public ::testing::TestWithParam<std::tuple<std::string, Case>> {};
+
+TEST_P(Attention, ForwardBackwardMatchFloat64Reference) {
+  const auto& [backend, c] = GetParam();
+  const int64_t batch = 2, heads = 3, dim = 16;
+  auto keys = pl::random::split(pl::random::key(100 + c.seq + c.causal * 7 + c.segmented * 13), 4);
+  pl::Shape s{batch, c.seq, heads, dim};
+  pl::Array q = pl::random::normal(keys[0], s, c.dtype), k = pl::random::normal(keys[1], s, c.dtype);
+  pl::Array v = pl::random::normal(keys[2], s, c.dtype), dout = pl::random::normal(keys[3], s, c.dtype);
+  pl::Array seg;
+  if (c.segmented) {
+    std::vector<int32_t> ids(static_cast<size_t>(batch * c.seq));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i % c.seq) * 3 / c.seq + i / c.seq);
+    seg = pl::from_vector(ids, {batch, c.seq});
+  }
+  pl::ops::MhaOptions opt{.sm_scale = 0.25f, .causal = c.causal, .block_q = c.block, .block_k = c.block,
+                          .backend = backend};
+  auto vjp = pl::ops::mha_vjp(q, k, v, seg, opt);
+  auto [dq, dk, dv] = vjp.backward(dout);
+  auto ref = pl::ops::mha_reference(q, k, v, seg, opt.sm_scale, c.causal);
+  auto [rdq, rdk, rdv] = pl::ops::mha_reference_backward(q, k, v, seg, dout, opt.sm_scale, c.causal);
+  // float32 arithmetic lands near 1e-7; bf16 inputs and bf16 probabilities in the dots near 1e-2.
+  const double tol = c.dtype == pl::f32 ? 1e-5 : 2e-2;
+  EXPECT_LT(pl::rel_error(vjp.out, ref.out), tol);
+  EXPECT_LT(pl::rel_error(pl::ops::mha(q, k, v, seg, opt), ref.out), tol);
+  auto [out, lse] = pl::ops::mha_forward(q, k, v, seg, opt);
+  EXPECT_LT(pl::rel_error(lse, ref.lse), c.dtype == pl::f32 ? 1e-6 : 1e-2);
+  EXPECT_LT(pl::rel_error(dq, rdq), tol);
+  EXPECT_LT(pl::rel_error(dk, rdk), tol);
+  EXPECT_LT(pl::rel_error(dv, rdv), tol);
+}
+
+std::string case_name(const ::testing::TestParamInfo<std::tuple<std::string, Case>>& info) {
+  const Case& c = std::get<1>(info.param);
+  return std::get<0>(info.param) + "_" + (c.causal ? "causal" : "full") + (c.segmented ? "_segments" : "") + "_" +
+         pl::dtype_name(c.dtype) + "_s" + std::to_string(c.seq) + "_b" + std::to_string(c.block);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Backends, Attention,
+    ::testing::Combine(::testing::ValuesIn(pl::backend::available_names()),
+                       ::testing::Values(Case{false, false, pl::f32, 64, 16}, Case{true, false, pl::f32, 64, 16},
+                                         Case{false, true, pl::f32, 96, 32}, Case{true, true, pl::f32, 64, 32},
+                                         Case{true, true, pl::bf16, 64, 16}, Case{false, false, pl::f16, 32, 32})),
+    case_name);
+
+TEST(AttentionErrors, BackwardNeedsEqualBlocks) {
+  pl::Array q = pl::random::normal(pl::random::key(1), {1, 64, 1, 16});
+  pl::ops::MhaOptions opt{.block_q = 32, .block_k = 16};
+  auto [out, lse] = pl::ops::mha_forward(q, q, q, pl::Array(), opt);
+  try {
+    pl::ops::mha_backward(q, q, q, pl::Array(), out, lse, out, opt);
+    FAIL() << "expected an Error";
+  } catch (const pl::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mha_backward: block_q (32) must equal block_k (16)"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(AttentionErrors, ShapesAndSegmentIds) {
+  pl::Array q = pl::random::normal(pl::random::key(2), {1, 32, 2, 8});
+  pl::Array k = pl::random::normal(pl::random::key(3), {1, 32, 2, 16});
+  EXPECT_THROW(
+      {
+        try {
+          pl::ops::mha(q, k, k, pl::Array());
+        } catch (const pl::Error& e) {
+          EXPECT_NE(std::string(e.what()).find("mha: q, k, v shapes differ"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      pl::Error);
+  pl::Array bad_ids = pl::zeros({1, 31}, pl::i32);
+  try {
+    pl::ops::mha(q, q, q, bad_ids);
+    FAIL() << "expected an Error";
+  } catch (const pl::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("segment_ids must be int32 (batch, seq_len)"), std::string::npos) << e.what();
+  }
+}
+
+class IndRNN : public ::testing::TestWithParam<std::tuple<std::string, int64_t>> {};
+
+TEST_P(IndRNN, MatchesPlainLoop) {
+  const auto& [backend, block] = GetParam();
+  auto keys = pl::random::split(pl::random::key(9 + block), 3);
+  pl::Array x = pl::random::normal(keys[0], {200, 100}), u = pl::random::uniform(keys[1], {100});
+  pl::Array h0 = pl::random::normal(keys[2], {100});
+  EXPECT_LT(pl::rel_error(pl::ops::indrnn(x, u, h0, block, backend), pl::ops::indrnn_reference(x, u, h0)), 1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, IndRNN,
+                         ::testing::Combine(::testing::ValuesIn(pl::backend::available_names()),
+                                            ::testing::Values(1, 16, 64, 128)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_block" + std::to_string(std::get<1>(info.param));
+                         });
+
+}  // namespace
