@@ -144,26 +144,27 @@ Parts positional_parts(const Decimal& d) {
   Parts p;
   const int n = static_cast<int>(d.digits.size());
   if (d.digits == "0") {
-    p.int_part = "0";
+    p.int_part.assign(1, '0');
   } else if (d.exp10 < 0) {
-    p.int_part = "0";
+    p.int_part.assign(1, '0');
     p.frac_part = std::string(static_cast<size_t>(-d.exp10 - 1), '0') + d.digits;
   } else {
     p.int_part = d.digits.substr(0, static_cast<size_t>(std::min(n, d.exp10 + 1)));
     if (n < d.exp10 + 1) p.int_part += std::string(static_cast<size_t>(d.exp10 + 1 - n), '0');
     if (n > d.exp10 + 1) p.frac_part = d.digits.substr(static_cast<size_t>(d.exp10 + 1));
   }
-  if (d.negative) p.int_part = "-" + p.int_part;
+  if (d.negative) p.int_part.insert(p.int_part.begin(), '-');
   return p;
 }
 
 Parts scientific_parts(const Decimal& d) {
   Parts p;
-  p.int_part = (d.negative ? "-" : "") + d.digits.substr(0, 1);
+  p.int_part = d.negative ? std::string("-") : std::string();
+  p.int_part += d.digits[0];
   p.frac_part = d.digits.substr(1);
   p.exp_negative = d.exp10 < 0;
   p.exponent = std::to_string(std::abs(d.exp10));
-  if (p.exponent.size() < 2) p.exponent = "0" + p.exponent;
+  if (p.exponent.size() < 2) p.exponent.insert(p.exponent.begin(), '0');
   return p;
 }
 
@@ -275,7 +276,9 @@ std::string scalar_str(const Array& a) {
     return p.int_part + "." + (p.frac_part.empty() ? "0" : p.frac_part);
   }
   const Parts p = scientific_parts(shortest_decimal(v, t));
-  return p.int_part + (p.frac_part.empty() ? "" : "." + p.frac_part) + "e" + (p.exp_negative ? "-" : "+") + p.exponent;
+  std::string out = p.int_part;
+  if (!p.frac_part.empty()) (out += ".") += p.frac_part;
+  return out + "e" + (p.exp_negative ? "-" : "+") + p.exponent;
 }
 
 std::vector<int64_t> row_major_strides(const Shape& shape) {
@@ -361,7 +364,9 @@ class Layout {
       for (int64_t i = trailing; i > 1; --i) s += hanging_indent + child(n - i) + line_sep;
       s += hanging_indent + child(n - 1);
     }
-    return "[" + s.substr(hanging_indent.size()) + "]";
+    std::string bracketed = "[";
+    bracketed.append(s, hanging_indent.size());
+    return bracketed + "]";
   }
 
   Shape shape_;
@@ -398,7 +403,7 @@ std::string array2string(const Array& a, const std::string& separator, const std
   }
   const int line_width = kLineWidth - static_cast<int>(suffix.size());
   Layout layout(a, std::move(format), line_width, separator, summarize);
-  return layout.render(" " + std::string(prefix.size(), ' '));
+  return layout.render(std::string(prefix.size() + 1, ' '));
 }
 
 void check_printable(const Array& a) {
@@ -422,7 +427,8 @@ std::string Array::repr() const {
   // JAX's Array.__repr__: the body through array2string, then the dtype on the same line if it fits.
   const std::string prefix = "Array(";
   const std::string dtype_str = std::string("dtype=") + dtype_name(dtype_) + ")";
-  const std::string body = size() == 0 ? "[], shape=" + shape_str(shape_) : array2string(*this, ", ", prefix, ",");
+  const std::string body =
+      size() == 0 ? std::string("[], shape=") + shape_str(shape_) : array2string(*this, ", ", prefix, ",");
   const size_t newline = body.rfind('\n');
   const size_t last_line_len = newline == std::string::npos ? body.size() + 2 : body.size() - newline + 1;
   const std::string sep = last_line_len + dtype_str.size() + 1 > static_cast<size_t>(kLineWidth)

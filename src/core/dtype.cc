@@ -234,8 +234,9 @@ float half_bits_to_float(uint16_t h) {
 uint16_t float_to_bfloat16_bits(float f) {
   const uint32_t bits = std::bit_cast<uint32_t>(f);
   if ((bits & 0x7fffffff) > 0x7f800000) {
-    // NaN: truncate the payload and set the quiet bit so it stays a NaN.
-    return static_cast<uint16_t>((bits >> 16) | 0x0040);
+    // NaN: keep the top of the payload; if that is empty, set the quiet bit so it stays a NaN.
+    const auto truncated = static_cast<uint16_t>(bits >> 16);
+    return (truncated & 0x7f) != 0 ? truncated : static_cast<uint16_t>(truncated | 0x0040);
   }
   // Round to nearest even on the dropped 16 bits; a carry rolls into the exponent (up to inf).
   const uint32_t rounding = 0x7fff + ((bits >> 16) & 1);
