@@ -143,7 +143,7 @@ TEST_P(DifferentialAttention, ForwardAndBackward) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Masks, DifferentialAttention, ::testing::Combine(::testing::Bool(), ::testing::Bool()),
-                         [](const auto& info) {
-                           return std::string(std::get<0>(info.param) ? "Causal" : "Full") +
-                                  (std::get<1>(info.param) ? "Segmented" : "");
+                         [](const auto& param_info) {
+                           return std::string(std::get<0>(param_info.param) ? "Causal" : "Full") +
+                                  (std::get<1>(param_info.param) ? "Segmented" : "");
                          });

@@ -49,9 +49,9 @@ TEST_P(Attention, ForwardBackwardMatchFloat64Reference) {
   EXPECT_LT(pl::rel_error(dv, rdv), tol);
 }
 
-std::string case_name(const ::testing::TestParamInfo<std::tuple<std::string, Case>>& info) {
-  const Case& c = std::get<1>(info.param);
-  return std::get<0>(info.param) + "_" + (c.causal ? "causal" : "full") + (c.segmented ? "_segments" : "") + "_" +
+std::string case_name(const ::testing::TestParamInfo<std::tuple<std::string, Case>>& param_info) {
+  const Case& c = std::get<1>(param_info.param);
+  return std::get<0>(param_info.param) + "_" + (c.causal ? "causal" : "full") + (c.segmented ? "_segments" : "") + "_" +
          pl::dtype_name(c.dtype) + "_s" + std::to_string(c.seq) + "_b" + std::to_string(c.block);
 }
 
@@ -111,8 +111,8 @@ TEST_P(IndRNN, MatchesPlainLoop) {
 INSTANTIATE_TEST_SUITE_P(Backends, IndRNN,
                          ::testing::Combine(::testing::ValuesIn(pl::backend::available_names()),
                                             ::testing::Values(1, 16, 64, 128)),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) + "_block" + std::to_string(std::get<1>(info.param));
+                         [](const auto& param_info) {
+                           return std::get<0>(param_info.param) + "_block" + std::to_string(std::get<1>(param_info.param));
                          });
 
 }  // namespace
