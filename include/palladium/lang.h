@@ -1,6 +1,7 @@
 // The kernel language's operations on Values. Pallas spells them pl.*, jnp.* and lax.*; so do we:
 // palladium::program_id, palladium::jnp::exp, palladium::lax::fori_loop.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,8 +13,11 @@ Value program_id(int axis);
 Value num_programs(int axis);
 // Ceiling division for Values (traced) and for plain integers (static).
 Value cdiv(const Value& a, const Value& b);
-constexpr int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
+// Static form: floor((a + b - 1) / b), as Pallas's pl.cdiv.
+constexpr int64_t cdiv(int64_t a, int64_t b) {
+  const int64_t n = a + b - 1, q = n / b;
+  return (n % b != 0 && ((n < 0) != (b < 0))) ? q - 1 : q;
+}
 // pl.dot: matrix product of rank-2 tiles, accumulating in float32 for 16/32-bit floats (result
 // float32) and in int32 for 8/16/32-bit integers.
 Value dot(const Value& a, const Value& b, bool trans_a = false, bool trans_b = false);
@@ -55,11 +59,11 @@ Value reshape(const Value& x, Shape shape);
 Value transpose(const Value& x, std::vector<int64_t> perm = {});
 Value broadcast_to(const Value& x, Shape shape);
 Value expand_dims(const Value& x, int64_t axis);
-Value sum(const Value& x, int64_t axis = -1);
-Value max(const Value& x, int64_t axis = -1);
-Value min(const Value& x, int64_t axis = -1);
-Value argmax(const Value& x, int64_t axis = -1);
-Value argmin(const Value& x, int64_t axis = -1);
+Value sum(const Value& x, std::optional<int64_t> axis = std::nullopt);
+Value max(const Value& x, std::optional<int64_t> axis = std::nullopt);
+Value min(const Value& x, std::optional<int64_t> axis = std::nullopt);
+Value argmax(const Value& x, std::optional<int64_t> axis = std::nullopt);
+Value argmin(const Value& x, std::optional<int64_t> axis = std::nullopt);
 Value cumsum(const Value& x, int64_t axis = -1);
 Value arange(int64_t n, DType dtype = DType::int32);
 Value iota(DType dtype, Shape shape, int64_t dimension);

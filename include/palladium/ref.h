@@ -65,8 +65,8 @@ class RefProxy {
   DType dtype() const { return ref_.dtype(); }
   Value astype(DType t) const { return get().astype(t); }
   Value T() const { return get().T(); }
-  Value sum(int64_t axis = -1) const { return get().sum(axis); }
-  Value max(int64_t axis = -1) const { return get().max(axis); }
+  Value sum(std::optional<int64_t> axis = std::nullopt) const { return get().sum(axis); }
+  Value max(std::optional<int64_t> axis = std::nullopt) const { return get().max(axis); }
 
  private:
   Ref ref_;

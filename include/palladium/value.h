@@ -5,7 +5,9 @@
 #pragma once
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <type_traits>
+#include <utility>
 #include <string>
 #include <variant>
 #include <vector>
@@ -36,7 +38,8 @@ class Value {
     requires std::is_arithmetic_v<T>
   Value(T x) {  // NOLINT
     if constexpr (std::is_same_v<T, bool>) set_literal(x ? 1.0 : 0.0, DType::bool_);
-    else if constexpr (std::is_integral_v<T>) set_literal(static_cast<double>(x), DType::int32);
+    else if constexpr (std::is_integral_v<T>)
+      set_literal(static_cast<double>(x), std::in_range<int32_t>(x) ? DType::int32 : DType::int64);
     else set_literal(static_cast<double>(x), DType::float32);
   }
   Value(const Array& captured);        // NOLINT: always an error: kernels take Arrays as inputs
@@ -53,11 +56,12 @@ class Value {
   Value reshape(Shape shape) const;
   Value broadcast_to(Shape shape) const;
   Value expand_dims(int64_t axis) const;
-  Value sum(int64_t axis = -1) const;
-  Value max(int64_t axis = -1) const;
-  Value min(int64_t axis = -1) const;
-  Value argmax(int64_t axis = -1) const;
-  Value argmin(int64_t axis = -1) const;
+  // Reductions along one axis, or over all axes when none is given (as jnp.sum(x)).
+  Value sum(std::optional<int64_t> axis = std::nullopt) const;
+  Value max(std::optional<int64_t> axis = std::nullopt) const;
+  Value min(std::optional<int64_t> axis = std::nullopt) const;
+  Value argmax(std::optional<int64_t> axis = std::nullopt) const;
+  Value argmin(std::optional<int64_t> axis = std::nullopt) const;
   // Static indexing of a tile: all (...), integers, static slices and newaxis (the x[:, None] idiom).
   template <class... A> Value operator()(const A&... args) const;
   Value index(const std::vector<IndexArg>& args) const;

@@ -1,6 +1,7 @@
 #include "trace/context.h"
 
 #include <atomic>
+#include <cmath>
 
 #include "palladium/error.h"
 
@@ -66,6 +67,8 @@ DType result_dtype(const Value& a, const Value& b) {
   const Value& typed = la ? b : a;
   // A weak float meeting an integer or bool tile makes float32, as Python floats do in JAX.
   if (is_float(lit.dtype()) && !is_float(typed.dtype())) return DType::float32;
+  // A weak int meeting a bool tile makes int32 (JAX: True + 1 == 2).
+  if (is_integer(lit.dtype()) && is_bool(typed.dtype())) return lit.dtype();
   return typed.dtype();
 }
 
@@ -90,7 +93,12 @@ ir::ValueId as_value(const Value& v, const char* op) {
 ir::ValueId as_value(const Value& v, DType t, const Shape& shape, const char* op) {
   ir::Builder& b = builder(op);
   if (!v.valid()) b.fail(op, "got an empty Value (default-constructed, never assigned)");
-  if (v.is_literal()) return b.constant(t, shape, v.literal_value());
+  if (v.is_literal()) {
+    const double x = v.literal_value();
+    if (is_integer(t) && (x != std::trunc(x) || round_to(t, x) != x))
+      b.fail(op, "the literal " + detail::cat(x) + " does not fit " + dtype_name(t) + "; use astype to convert explicitly");
+    return b.constant(t, shape, x);
+  }
   ir::ValueId id = b.cast(v.id(), t);
   const Shape& s = b.type(id).shape;
   if (s == shape) return id;

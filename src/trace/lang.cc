@@ -27,7 +27,7 @@ Value num_programs(int axis) {
 
 Value cdiv(const Value& a, const Value& b) {
   if (is_float(a.dtype()) || is_float(b.dtype())) builder("cdiv").fail("cdiv", "takes integer operands");
-  return (a + b - 1) / b;
+  return jnp::floor_divide(a + b - 1, b);
 }
 
 Value dot(const Value& a, const Value& b, bool trans_a, bool trans_b) {
@@ -77,7 +77,6 @@ Value logistic(const Value& x) { return unary(ir::Op::Logistic, x, "logistic"); 
 Value erf(const Value& x) { return unary(ir::Op::Erf, x, "erf"); }
 Value floor(const Value& x) { return unary(ir::Op::Floor, x, "floor"); }
 Value ceil(const Value& x) { return unary(ir::Op::Ceil, x, "ceil"); }
-Value logical_not(const Value& x) { return unary(ir::Op::Not, x, "not"); }
 
 Value pow(const Value& x, const Value& y) {
   DType t = trace::result_dtype(x, y);
@@ -87,8 +86,11 @@ Value pow(const Value& x, const Value& y) {
 }
 Value maximum(const Value& a, const Value& b) { return detail_binary::apply(ir::Op::Max, a, b, "max"); }
 Value minimum(const Value& a, const Value& b) { return detail_binary::apply(ir::Op::Min, a, b, "min"); }
-Value logical_and(const Value& a, const Value& b) { return detail_binary::apply(ir::Op::And, a, b, "and"); }
-Value logical_or(const Value& a, const Value& b) { return detail_binary::apply(ir::Op::Or, a, b, "or"); }
+// The logical ops take any dtype, non-zero meaning true, and return bool (jnp.logical_*).
+static Value truth(const Value& x) { return is_bool(x.dtype()) ? x : x != 0; }
+Value logical_not(const Value& x) { return wrap(builder("not").unary(ir::Op::Not, as_value(truth(x), "not"))); }
+Value logical_and(const Value& a, const Value& b) { return detail_binary::apply(ir::Op::And, truth(a), truth(b), "and"); }
+Value logical_or(const Value& a, const Value& b) { return detail_binary::apply(ir::Op::Or, truth(a), truth(b), "or"); }
 Value equal(const Value& a, const Value& b) { return a == b; }
 
 Value floor_divide(const Value& a, const Value& b) {
@@ -115,11 +117,11 @@ Value reshape(const Value& x, Shape shape) { return x.reshape(std::move(shape));
 Value transpose(const Value& x, std::vector<int64_t> perm) { return perm.empty() ? x.T() : x.transpose(std::move(perm)); }
 Value broadcast_to(const Value& x, Shape shape) { return x.broadcast_to(std::move(shape)); }
 Value expand_dims(const Value& x, int64_t axis) { return x.expand_dims(axis); }
-Value sum(const Value& x, int64_t axis) { return x.sum(axis); }
-Value max(const Value& x, int64_t axis) { return x.max(axis); }
-Value min(const Value& x, int64_t axis) { return x.min(axis); }
-Value argmax(const Value& x, int64_t axis) { return x.argmax(axis); }
-Value argmin(const Value& x, int64_t axis) { return x.argmin(axis); }
+Value sum(const Value& x, std::optional<int64_t> axis) { return x.sum(axis); }
+Value max(const Value& x, std::optional<int64_t> axis) { return x.max(axis); }
+Value min(const Value& x, std::optional<int64_t> axis) { return x.min(axis); }
+Value argmax(const Value& x, std::optional<int64_t> axis) { return x.argmax(axis); }
+Value argmin(const Value& x, std::optional<int64_t> axis) { return x.argmin(axis); }
 
 Value cumsum(const Value& x, int64_t axis) {
   ir::ValueId id = as_value(x, "cumsum");

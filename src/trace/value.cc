@@ -97,11 +97,16 @@ Value Value::expand_dims(int64_t axis) const {
   return reshape(s);
 }
 
-#define PL_REDUCE_METHOD(method, OP)                                                     \
-  Value Value::method(int64_t axis) const {                                              \
-    ir::ValueId id = as_value(*this, #method);                                            \
-    int64_t a = norm_axis(axis, static_cast<int64_t>(builder(#method).type(id).shape.size()), #method); \
-    return wrap(builder(#method).reduce(ir::Op::OP, id, static_cast<int>(a)));           \
+#define PL_REDUCE_METHOD(method, OP)                                                                 \
+  Value Value::method(std::optional<int64_t> axis) const {                                            \
+    ir::ValueId id = as_value(*this, #method);                                                        \
+    const Shape s = builder(#method).type(id).shape;                                                 \
+    if (!axis) { /* every axis: reduce the flattened tile */                                          \
+      id = builder(#method).reshape(id, {numel(s)});                                                  \
+      return wrap(builder(#method).reduce(ir::Op::OP, id, 0));                                        \
+    }                                                                                                  \
+    int64_t a = norm_axis(*axis, static_cast<int64_t>(s.size()), #method);                            \
+    return wrap(builder(#method).reduce(ir::Op::OP, id, static_cast<int>(a)));                        \
   }
 PL_REDUCE_METHOD(sum, ReduceSum)
 PL_REDUCE_METHOD(max, ReduceMax)
@@ -166,7 +171,9 @@ Value operator|(const Value& a, const Value& b) { return binary(ir::Op::Or, a, b
 Value operator^(const Value& a, const Value& b) { return binary(ir::Op::Xor, a, b, "xor"); }
 Value operator-(const Value& a) { return jnp::neg(a); }
 Value operator!(const Value& a) { return jnp::logical_not(a); }
-Value operator~(const Value& a) { return jnp::logical_not(a); }
+Value operator~(const Value& a) {
+  return wrap(builder("not").unary(ir::Op::Not, as_value(a, "not")));
+}
 Value& operator+=(Value& a, const Value& b) { return a = a + b; }
 Value& operator-=(Value& a, const Value& b) { return a = a - b; }
 Value& operator*=(Value& a, const Value& b) { return a = a * b; }

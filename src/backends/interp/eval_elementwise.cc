@@ -78,6 +78,25 @@ double binary_f(ir::Op op, double a, double b) {
   }
 }
 
+// Float to integer: truncate toward zero and clamp to the type's range; NaN becomes 0.
+int64_t saturating_float_to_int(DType t, double x) {
+  if (std::isnan(x)) return 0;
+  double lo = 0, hi = 0;
+  switch (t) {
+    case DType::int8: lo = -128; hi = 127; break;
+    case DType::int16: lo = -32768; hi = 32767; break;
+    case DType::int32: lo = -2147483648.0; hi = 2147483647.0; break;
+    case DType::int64: lo = -9223372036854775808.0; hi = 9223372036854775807.0; break;
+    case DType::uint8: lo = 0; hi = 255; break;
+    case DType::uint32: lo = 0; hi = 4294967295.0; break;
+    default: return x != 0;
+  }
+  x = std::trunc(x);
+  if (x <= lo) return t == DType::int64 ? INT64_MIN : static_cast<int64_t>(lo);
+  if (x >= hi) return t == DType::int64 ? INT64_MAX : static_cast<int64_t>(hi);
+  return static_cast<int64_t>(x);
+}
+
 }  // namespace
 
 Tile eval_leaf(const ir::Inst& in, const ir::Type& result, const std::vector<int64_t>& program, const Shape& grid) {
@@ -151,7 +170,9 @@ Tile eval_binary(ir::Op op, const Tile& a, const Tile& b, const Fail& fail) {
           if (!r.poisoned(static_cast<int64_t>(k))) fail("integer division by zero");
           v = 0;
         } else {
-          v = op == ir::Op::Div ? x / y : x % y;
+          // y == -1 is special-cased: INT64_MIN / -1 traps on x86.
+          v = y == -1 ? (op == ir::Op::Div ? static_cast<int64_t>(0 - static_cast<uint64_t>(x)) : 0)
+                      : (op == ir::Op::Div ? x / y : x % y);
         }
         break;
       case ir::Op::Max: v = x > y ? x : y; break;
@@ -209,7 +230,7 @@ Tile eval_cast(const Tile& x, DType t) {
     } else if (is_bool(t)) {
       r.i[k] = x.floating() ? (x.f[k] != 0.0) : (x.i[k] != 0);
     } else if (x.floating()) {
-      r.i[k] = static_cast<int64_t>(round_to(t, x.f[k]));
+      r.i[k] = saturating_float_to_int(t, x.f[k]);
     } else {
       r.i[k] = wrap_int(t, x.i[k]);
     }

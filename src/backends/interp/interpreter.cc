@@ -76,7 +76,7 @@ class Machine {
 
   int64_t scalar(const ir::Inst& in, ir::ValueId v, const char* what) {
     const Tile& t = at(v);
-    if (t.any_poison()) fail(in, std::string(what) + " is computed from edge-block padding (poison)");
+    if (t.any_poison()) fail(in, std::string(what) + " is computed from poison (edge-block padding, or masked-off lanes of a load without `other`)");
     return t.scalar_int();
   }
 
@@ -146,7 +146,7 @@ class Machine {
         std::vector<Tile> copy = carries;
         bind(in.regions[0], 0, copy);
         Tile pred = region(in.regions[0]).at(0);
-        if (pred.any_poison()) fail(in, "the loop condition is computed from edge-block padding (poison)");
+        if (pred.any_poison()) fail(in, "the loop condition is computed from poison (edge-block padding, or masked-off lanes of a load without `other`)");
         if (!pred.i[0]) break;
         bind(in.regions[1], 0, carries);
         carries = region(in.regions[1]);
@@ -182,7 +182,7 @@ class Machine {
     const Tile* value = in.op == ir::Op::Load ? nullptr : &at(in.operands[next++]);
     const Tile* mask = (in.i1 & ir::kHasMask) ? &at(in.operands[next++]) : nullptr;
     const Tile* other = (in.i1 & ir::kHasOther) ? &at(in.operands[next++]) : nullptr;
-    if (mask && mask->any_poison()) fail(in, "the mask is computed from edge-block padding (poison)");
+    if (mask && mask->any_poison()) fail(in, "the mask is computed from poison (edge-block padding, or masked-off lanes of a load without `other`)");
 
     std::vector<int64_t> start(rank), size(rank), stride(rank), origin(p.array_shape.size());
     for (size_t d = 0; d < rank; ++d) {
@@ -190,7 +190,16 @@ class Machine {
       size[d] = in.index[d].scalar ? 1 : in.index[d].size;
       stride[d] = in.index[d].stride;
     }
-    for (size_t a = 0; a < origin.size(); ++a) origin[a] = scalar(in, p.origin[a], "a block origin (index_map)");
+    for (size_t a = 0; a < origin.size(); ++a) {
+      origin[a] = scalar(in, p.origin[a], "a block origin (index_map)");
+      // A block wholly outside its array is an index_map bug, not an edge block.
+      if (origin[a] >= p.array_shape[a] || origin[a] + p.block_shape[a] <= 0) {
+        std::ostringstream os;
+        os << "the index_map of ref " << p.name << " places its block at element " << origin[a] << " of dimension " << a
+           << ", entirely outside the array of shape " << shape_str(p.array_shape);
+        fail(in, os.str());
+      }
+    }
 
     const ir::Type& slot = in.op == ir::Op::Store ? k_.type(in.operands[rank]) : k_.type(in.results[0]);
     Tile result = Tile::make(p.dtype, slot.shape);
@@ -260,7 +269,7 @@ class Machine {
       if (in.op != ir::Op::Store) result.set_poison(e);
       return;  // writes past the array's end are dropped
     }
-    if (value->poisoned(e)) fail(in, "stores a value computed from edge-block padding (poison) into " + where());
+    if (value->poisoned(e)) fail(in, "stores a value computed from poison (edge-block padding, or masked-off lanes of a load without `other`) into " + where());
     if (!p.is_output) fail(in, "writes to input ref " + p.name + " (inputs are read-only unless aliased to an output)");
     int64_t& w = (*m.writer)[static_cast<size_t>(flat)];
     const bool atomic = in.op != ir::Op::Store;
