@@ -67,6 +67,11 @@ class RefProxy {
   Value T() const { return get().T(); }
   Value sum(std::optional<int64_t> axis = std::nullopt) const { return get().sum(axis); }
   Value max(std::optional<int64_t> axis = std::nullopt) const { return get().max(axis); }
+  Value min(std::optional<int64_t> axis = std::nullopt) const { return get().min(axis); }
+  Value reshape(Shape shape) const { return get().reshape(std::move(shape)); }
+  Value transpose(std::vector<int64_t> perm) const { return get().transpose(std::move(perm)); }
+  Value broadcast_to(Shape shape) const { return get().broadcast_to(std::move(shape)); }
+  template <class... A> Value operator()(const A&... args) const { return get()(args...); }
 
  private:
   Ref ref_;

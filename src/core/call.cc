@@ -51,7 +51,8 @@ void add_ref(ir::Kernel& kernel, ir::Builder& b, const std::vector<Value>& pids,
     if (!block[d].squeezed) p.ref_shape.push_back(block[d].size);
   }
   const size_t rank = pids.size();
-  if (!(spec.arity_mask() & (1u << rank))) {
+  const bool any_rank = spec.arity_mask() == ~0u;
+  if (!any_rank && (rank >= 32 || !(spec.arity_mask() & (1u << rank)))) {
     std::string takes;
     for (int n = 0; n < 32; ++n)
       if (spec.arity_mask() & (1u << n)) takes += (takes.empty() ? "" : " or ") + std::to_string(n);
@@ -92,7 +93,8 @@ ir::Kernel trace_kernel(const CallImpl& call, const CallDesc& d) {
   for (size_t o = 0; o < d.outputs.size(); ++o) add_ref(kernel, b, pids, true, o, d.outputs[o], d.out_specs[o], refs);
 
   const KernelFn& fn = call.base().kernel;
-  if (!(fn.arity_mask & (1u << refs.size()))) {
+  const bool takes_span = fn.arity_mask == ~0u;
+  if (!takes_span && (refs.size() > static_cast<size_t>(kMaxRefs) || !(fn.arity_mask & (1u << refs.size())))) {
     std::string takes;
     for (int n = 0; n <= kMaxRefs; ++n)
       if (fn.arity_mask & (1u << n)) takes += (takes.empty() ? "" : " or ") + std::to_string(n);
@@ -134,6 +136,14 @@ std::shared_ptr<CallImpl::Cache::Entry> entry_for(const CallImpl& call, const In
   CallImpl::Cache& cache = *call.cache;
   std::lock_guard<std::mutex> lock(cache.mu);
   if (auto it = cache.entries.find(key); it != cache.entries.end()) return it->second;
+  backend::Backend* be = nullptr;
+  try {
+    be = &backend::get(backend_name);
+  } catch (const Error& err) {
+    throw Error("pallas_call '" + call.name() + "': " + err.what());
+  }
+  if (std::string why = be->unavailable_reason(); !why.empty())
+    throw Error("pallas_call '" + call.name() + "': backend '" + backend_name + "' is unavailable: " + why);
   auto e = std::make_shared<CallImpl::Cache::Entry>();
   CallDesc d = describe(call, in);
   e->kernel = trace_kernel(call, d);
@@ -142,10 +152,7 @@ std::shared_ptr<CallImpl::Cache::Entry> entry_for(const CallImpl& call, const In
   e->aliases = d.aliases;
   e->backend = backend_name;
   if (o.debug) std::cout << "--- pallas_call '" << d.name << "' IR (" << backend_name << ") ---\n" << ir::print(e->kernel);
-  backend::Backend& be = backend::get(backend_name);
-  if (std::string why = be.unavailable_reason(); !why.empty())
-    throw Error("pallas_call '" + d.name + "': backend '" + backend_name + "' is unavailable: " + why);
-  e->exe = be.compile(e->kernel, {o.debug, o.compiler_params});
+  e->exe = be->compile(e->kernel, {o.debug, o.compiler_params});
   cache.entries[key] = e;
   return e;
 }
@@ -173,7 +180,10 @@ std::vector<Array> invoke(const CallImpl& call, const std::vector<Array>& inputs
   auto e = entry_for(call, types_of(inputs));
   std::vector<Array> outputs;
   for (const ShapeDtype& s : e->outputs) outputs.emplace_back(s.shape, s.dtype);
-  for (auto [in, out] : e->aliases) outputs[static_cast<size_t>(out)] = inputs[static_cast<size_t>(in)].copy();
+  for (auto [in, out] : e->aliases) {
+    PL_ASSERT(inputs[static_cast<size_t>(in)].shape() == outputs[static_cast<size_t>(out)].shape(), "aliased shapes differ");
+    outputs[static_cast<size_t>(out)] = inputs[static_cast<size_t>(in)].copy();
+  }
   e->exe->run(inputs, outputs);
   return outputs;
 }

@@ -46,7 +46,13 @@ CallDesc describe_base(const CallImpl& c, const InputTypes& inputs) {
   }
   for (size_t i = 0; i < d.outputs.size(); ++i)
     d.out_specs.push_back(canonical(o.out_specs.empty() ? BlockSpec() : o.out_specs[i], d.outputs[i].shape));
+  std::vector<int> aliased(d.outputs.size(), -1);
   for (auto [in, out] : d.aliases) {
+    if (out >= 0 && out < static_cast<int>(d.outputs.size())) {
+      PL_CHECK(aliased[static_cast<size_t>(out)] < 0, where, "output ", out, " is aliased to both input ",
+               aliased[static_cast<size_t>(out)], " and input ", in);
+      aliased[static_cast<size_t>(out)] = in;
+    }
     PL_CHECK(in >= 0 && in < static_cast<int>(inputs.size()) && out >= 0 && out < static_cast<int>(d.outputs.size()),
              where, "input_output_aliases entry (", in, ", ", out, ") is out of range");
     PL_CHECK(inputs[static_cast<size_t>(in)] && *inputs[static_cast<size_t>(in)] == d.outputs[static_cast<size_t>(out)], where,
@@ -78,6 +84,10 @@ CallDesc describe_vmap(const CallImpl& c, const InputTypes& inputs) {
   PL_CHECK(batch >= 0, where, "no input is batched (every in_axes entry is None)");
 
   CallDesc inner = describe(*c.inner, inner_inputs);
+  for (auto [in, out] : inner.aliases)
+    PL_CHECK(axes[static_cast<size_t>(in)] == 0, where, "input ", in, " is aliased to output ", out,
+             ", so it must be batched along axis 0 (outputs are), but its in_axes entry is ",
+             axes[static_cast<size_t>(in)] ? std::to_string(*axes[static_cast<size_t>(in)]) : std::string("None"));
   CallDesc d = inner;
   d.inputs = inputs;
   d.grid.insert(d.grid.begin(), batch);

@@ -47,7 +47,18 @@ Inst& Builder::emit(Inst inst) {
   return open_.back().region.body.back();
 }
 
+void Builder::check_shape(const std::string& op, const Shape& shape) const {
+  constexpr int64_t kMaxTileElements = int64_t{1} << 31;
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) fail(op, "shape " + shape_str(shape) + " has a negative dimension");
+    n = (d != 0 && n > kMaxTileElements / d) ? kMaxTileElements + 1 : n * d;
+  }
+  if (n > kMaxTileElements) fail(op, "a tile of shape " + shape_str(shape) + " is too large (more than 2^31 elements)");
+}
+
 ValueId Builder::constant(DType dtype, Shape shape, double value) {
+  check_shape("full", shape);
   Inst in{.op = Op::Const};
   if (is_float(dtype)) {
     in.f = round_to(dtype, value);
@@ -79,6 +90,7 @@ ValueId Builder::num_programs(int axis) {
 }
 
 ValueId Builder::iota(DType dtype, Shape shape, int dimension) {
+  check_shape("iota", shape);
   if (dimension < 0 || dimension >= static_cast<int>(shape.size()))
     fail("iota", "dimension " + std::to_string(dimension) + " is outside shape " + shape_str(shape));
   if (!is_integer(dtype) && !is_float(dtype)) fail("iota", std::string("takes a numeric dtype, not ") + dtype_name(dtype));
@@ -158,6 +170,7 @@ ValueId Builder::cast(ValueId x, DType dtype) {
 }
 
 ValueId Builder::broadcast(ValueId x, Shape shape, std::vector<int64_t> dims) {
+  check_shape("broadcast", shape);
   const Type t = type(x);
   if (dims.size() != t.shape.size())
     fail("broadcast", "needs one target dimension per operand dimension: " + dims_str(dims) + " for " + shape_str(t.shape));
@@ -175,6 +188,7 @@ ValueId Builder::broadcast(ValueId x, Shape shape, std::vector<int64_t> dims) {
 }
 
 ValueId Builder::reshape(ValueId x, Shape shape) {
+  check_shape("reshape", shape);
   const Type t = type(x);
   if (numel(shape) != numel(t.shape))
     fail("reshape", "cannot reshape " + shape_str(t.shape) + " to " + shape_str(shape) + " (element counts differ)");
@@ -208,6 +222,8 @@ ValueId Builder::reduce(Op op, ValueId x, int axis) {
   if (axis < 0 || axis >= static_cast<int>(t.shape.size()))
     fail(op_name(op), "axis " + std::to_string(axis) + " is outside shape " + shape_str(t.shape));
   if (op == Op::ReduceSum && is_bool(t.dtype)) fail(op_name(op), "takes a numeric operand, not bool; use astype first");
+  if (op != Op::ReduceSum && t.shape[static_cast<size_t>(axis)] == 0)
+    fail(op_name(op), "reduces an empty axis of shape " + shape_str(t.shape) + ", which has no identity");
   Shape out = t.shape;
   out.erase(out.begin() + axis);
   DType dt = (op == Op::ArgMax || op == Op::ArgMin) ? DType::int32 : t.dtype;

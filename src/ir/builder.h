@@ -57,6 +57,9 @@ class Builder {
   // Result type of Dot for operand dtype t: float32 for 16/32-bit floats, int32 for small ints.
   static DType dot_result_dtype(DType t);
 
+  // Throws unless every dimension is >= 0 and the tile has at most 2^31 elements.
+  void check_shape(const std::string& op, const Shape& shape) const;
+
  private:
   ValueId new_value(Type t);
   Inst& emit(Inst inst);

@@ -121,7 +121,7 @@ class Printer {
 
 class Verifier {
  public:
-  explicit Verifier(const Kernel& k) : k_(k), defined_(k.types.size(), false) {}
+  explicit Verifier(const Kernel& k) : k_(k), defined_(k.types.size(), false), ever_defined_(k.types.size(), false) {}
 
   void run() {
     for (const RefParam& p : k_.refs) {
@@ -139,17 +139,27 @@ class Verifier {
 
  private:
   [[noreturn]] void fail(const std::string& what) {
-    throw InternalError("IR verifier, kernel '" + k_.name + "': " + what + "\n" + print(k_));
+    std::string text;
+    try {
+      text = print(k_);
+    } catch (const std::exception& e) {  // the kernel may be too broken to print
+      text = std::string("(the kernel cannot be printed: ") + e.what() + ")";
+    }
+    throw InternalError("IR verifier, kernel '" + k_.name + "': " + what + "\n" + text);
   }
   void check(bool ok, const std::string& what) { if (!ok) fail(what); }
   bool defined(ValueId v) { return v >= 0 && static_cast<size_t>(v) < defined_.size() && defined_[static_cast<size_t>(v)]; }
   void define(ValueId v) {
     check(v >= 0 && static_cast<size_t>(v) < defined_.size(), "result id out of range");
-    check(!defined_[static_cast<size_t>(v)], "value %" + std::to_string(v) + " defined twice");
+    check(!ever_defined_[static_cast<size_t>(v)], "value %" + std::to_string(v) + " defined twice");
     defined_[static_cast<size_t>(v)] = true;
+    ever_defined_[static_cast<size_t>(v)] = true;
+    in_scope_.push_back(v);
   }
 
+  // Values defined in a region are visible only inside it.
   void region(const Region& r, size_t expected_yield) {
+    const size_t scope_start = in_scope_.size();
     for (ValueId a : r.args) define(a);
     check(!r.body.empty() && r.body.back().op == Op::Yield, "region does not end in yield");
     for (size_t i = 0; i + 1 < r.body.size(); ++i) {
@@ -158,6 +168,10 @@ class Verifier {
     }
     for (ValueId v : r.body.back().operands) check(defined(v), "yield of an undefined value");
     check(r.body.back().operands.size() == expected_yield, "region yields the wrong number of values");
+    while (in_scope_.size() > scope_start) {
+      defined_[static_cast<size_t>(in_scope_.back())] = false;
+      in_scope_.pop_back();
+    }
   }
 
   void inst(const Inst& in) {
@@ -195,6 +209,8 @@ class Verifier {
 
   const Kernel& k_;
   std::vector<bool> defined_;
+  std::vector<bool> ever_defined_;
+  std::vector<ValueId> in_scope_;  // defined values, innermost region last
 };
 
 }  // namespace

@@ -86,7 +86,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
 }
 
 ir::ValueId as_value(const Value& v, const char* op) {
-  if (!v.valid()) builder(op).fail(op, "got an empty Value (default-constructed, never assigned)");
+  ir::Builder& b = builder(op);  // outside a kernel, this names the op
+  if (!v.valid()) b.fail(op, "got an empty Value (default-constructed, never assigned)");
   return v.id();
 }
 

@@ -15,14 +15,22 @@ using trace::as_value;
 using trace::builder;
 using trace::wrap;
 
+// The kernel sees its own grid; vmap's batch axes come first in the IR's grid and stay hidden.
+static int grid_axis(trace::Context& ctx, int axis, const char* op) {
+  const int rank = static_cast<int>(ctx.kernel().grid.size()) - ctx.program_id_offset();
+  if (axis < 0 || axis >= rank)
+    ctx.builder().fail(op, "axis " + std::to_string(axis) + " is outside the grid of rank " + std::to_string(rank));
+  return axis + ctx.program_id_offset();
+}
+
 Value program_id(int axis) {
   trace::Context& ctx = trace::Context::current("program_id");
-  return wrap(ctx.builder().program_id(axis + ctx.program_id_offset()));
+  return wrap(ctx.builder().program_id(grid_axis(ctx, axis, "program_id")));
 }
 
 Value num_programs(int axis) {
   trace::Context& ctx = trace::Context::current("num_programs");
-  return wrap(ctx.builder().num_programs(axis + ctx.program_id_offset()));
+  return wrap(ctx.builder().num_programs(grid_axis(ctx, axis, "num_programs")));
 }
 
 Value cdiv(const Value& a, const Value& b) {

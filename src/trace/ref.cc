@@ -31,8 +31,8 @@ struct Dim {
 };
 
 std::vector<Dim> expand(const Ref& ref, const Indexer& index, const char* op) {
+  const std::string name = param_of(ref, op).name;  // first: outside a kernel this names the op
   const Shape& shape = ref.shape();
-  const std::string name = param_of(ref, op).name;
   size_t explicit_dims = 0;
   bool has_ellipsis = false;
   for (const IndexArg& a : index.args) {

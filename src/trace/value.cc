@@ -86,6 +86,7 @@ Value Value::reshape(Shape s) const {
 }
 
 Value Value::broadcast_to(Shape s) const {
+  builder("broadcast_to").check_shape("broadcast_to", s);
   if (is_literal()) return wrap(builder("broadcast_to").constant(dtype(), s, lit_));
   return wrap(as_value(*this, dtype(), s, "broadcast_to"));
 }

@@ -1,19 +1,134 @@
-// Placeholder until the cpu backend lands: registered, and reports itself unavailable.
+// The native cpu backend: generate C++ (codegen.h), build it with the host compiler and cache it
+// (module_cache.h), run the programs of the grid on the worker threads (thread_pool.h).
+//
+// Runtime checks are the interpreter's job: compiled kernels do not check block-relative bounds,
+// reads of unwritten outputs, poison, integer division by zero (it yields 0) or programs racing
+// on one output element. Every access is clipped to its array, so a faulty kernel computes wrong
+// values but never touches memory outside its arrays. Kernels that debug_print run their programs
+// one after another in grid order, so their output reads like the interpreter's.
 #include "backends/cpu/cpu_backend.h"
 
+#include <cstring>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+
+#include "backends/cpu/codegen.h"
+#include "backends/cpu/host_compiler.h"
+#include "backends/cpu/module_cache.h"
+#include "backends/cpu/thread_pool.h"
+#include "palladium/error.h"
+
 namespace palladium::cpu {
+
 namespace {
-class Placeholder final : public backend::Backend {
+
+// Room for the generated function's own spills and the runtime's frames beside the tiles.
+constexpr int64_t kFrameMargin = 1 << 20;
+
+struct PrintContext {
+  const ir::Kernel* kernel;
+  const std::vector<PrintSite>* sites;
+};
+
+// A tile in the generated code's compute type as an Array of its dtype.
+Array compute_to_array(const ir::Type& t, const void* data) {
+  Array a(t.shape, t.dtype);
+  const int64_t n = numel(t.shape);
+  const float* f = static_cast<const float*>(data);
+  if (t.dtype == DType::float16 || t.dtype == DType::bfloat16) {
+    uint16_t* out = static_cast<uint16_t*>(a.data());
+    for (int64_t k = 0; k < n; ++k) out[k] = t.dtype == DType::float16 ? float_to_half_bits(f[k]) : float_to_bfloat16_bits(f[k]);
+  } else {
+    std::memcpy(a.data(), data, static_cast<size_t>(n) * static_cast<size_t>(itemsize(t.dtype)));  // bool is one byte 0/1 too
+  }
+  return a;
+}
+
+// Formats one debug_print line as the interpreter does.
+void print_callback(void* host, int32_t id, const int64_t* program, const void* const* values) {
+  const PrintContext& ctx = *static_cast<const PrintContext*>(host);
+  const PrintSite& site = (*ctx.sites)[static_cast<size_t>(id)];
+  std::ostringstream os;
+  os << "[" << ctx.kernel->name << " program (";
+  for (size_t d = 0; d < ctx.kernel->grid.size(); ++d) os << (d ? ", " : "") << program[d];
+  os << ")] ";
+  size_t v = 0, pos = 0;
+  for (size_t p = site.format.find("{}"); p != std::string::npos; p = site.format.find("{}", pos)) {
+    os << site.format.substr(pos, p - pos) << compute_to_array(site.types[v], values[v]).str();
+    ++v;
+    pos = p + 2;
+  }
+  os << site.format.substr(pos) << "\n";
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  std::cout << os.str() << std::flush;
+}
+
+class CpuExecutable final : public backend::Executable {
+ public:
+  CpuExecutable(const ir::Kernel& kernel, GeneratedKernel generated, std::shared_ptr<Module> module)
+      : kernel_(kernel), generated_(std::move(generated)), module_(std::move(module)) {}
+
+  void run(const std::vector<Array>& inputs, std::vector<Array>& outputs) override {
+    std::vector<void*> refs(kernel_.refs.size());
+    for (size_t i = 0; i < kernel_.refs.size(); ++i) {
+      const ir::RefParam& p = kernel_.refs[i];
+      const Array& a = p.is_output ? outputs.at(static_cast<size_t>(p.operand)) : inputs.at(static_cast<size_t>(p.operand));
+      PL_ASSERT(a.defined() && a.shape() == p.array_shape && a.dtype() == p.dtype, "operand type differs from the traced type");
+      PL_CHECK(a.device().kind == Device::cpu, "pallas_call '", kernel_.name, "': the cpu backend needs host arrays, but ",
+               p.name, " is on ", a.device().str());
+      refs[i] = const_cast<void*>(a.data());
+    }
+    ThreadPool& pool = ThreadPool::instance();
+    if (static_cast<uint64_t>(generated_.frame_bytes + kFrameMargin) > pool.stack_bytes())
+      throw Error("pallas_call '" + kernel_.name + "': one program needs about " +
+                  std::to_string((generated_.frame_bytes + kFrameMargin) >> 20) + " MB of tile storage, more than the " +
+                  std::to_string(pool.stack_bytes() >> 20) +
+                  " MB stack of a cpu worker; use smaller blocks or raise PALLADIUM_CPU_STACK_MB");
+    PrintContext print{&kernel_, &generated_.prints};
+    const pl_cpu::Launch launch{refs.data(), &print, &print_callback};
+    const int64_t total = numel(kernel_.grid);
+    // Several chunks per worker balance uneven programs; debug_print keeps grid order.
+    const int64_t chunk = generated_.prints.empty() ? std::max<int64_t>(1, total / (4 * pool.size())) : total;
+    const Module& module = *module_;
+    pool.run(total, chunk, generated_.frame_bytes + kFrameMargin,
+             [&](int64_t begin, int64_t end) { module.run(launch, begin, end); });
+  }
+
+ private:
+  ir::Kernel kernel_;
+  GeneratedKernel generated_;
+  std::shared_ptr<Module> module_;
+};
+
+class CpuBackend final : public backend::Backend {
  public:
   const char* name() const override { return "cpu"; }
-  std::string unavailable_reason() const override { return "the cpu backend is not built yet"; }
-  std::unique_ptr<backend::Executable> compile(const ir::Kernel&, const backend::CompileOptions&) override {
-    throw Error("the cpu backend is not built yet");
+  std::string unavailable_reason() const override { return find_host_compiler().why_not; }
+  std::unique_ptr<backend::Executable> compile(const ir::Kernel& kernel, const backend::CompileOptions& options) override {
+    GeneratedKernel generated = generate(kernel);
+    std::shared_ptr<Module> module = get_module({kernel.name, generated.source, options.debug});
+    return std::make_unique<CpuExecutable>(kernel, std::move(generated), std::move(module));
   }
 };
+
 }  // namespace
+
 backend::Backend& backend() {
-  static Placeholder b;
+  static CpuBackend b;
   return b;
 }
+
+CacheStats cache_stats() {
+  const ModuleStats& s = module_stats();
+  return {s.compiles.load(), s.disk_hits.load(), s.memory_hits.load()};
+}
+
+void clear_memory_cache() { forget_modules_in_memory(); }
+
+void set_source_transform_for_testing(std::function<std::string(const std::string&)> fn) { set_source_transform(std::move(fn)); }
+
+int num_threads() { return ThreadPool::instance().size(); }
+
 }  // namespace palladium::cpu

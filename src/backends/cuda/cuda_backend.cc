@@ -1,19 +1,392 @@
-// Placeholder until the cuda backend lands: registered, and reports itself unavailable.
+// The CUDA backend: IR -> CUDA C++ (codegen.h) -> NVRTC cubin (nvrtc_compiler.h, disk cache) ->
+// cuModuleLoadData -> cuLaunchKernel with one thread block per program.
 #include "backends/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <sstream>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <unistd.h>
+
+#include "backends/common/disk_cache.h"
+#include "backends/cuda/codegen.h"
+#include "backends/cuda/device_runtime.h"
+#include "backends/cuda/nvrtc_compiler.h"
+#include "backends/interp/interpreter.h"
+#include "palladium/device.h"
 
 namespace palladium::cuda {
 namespace {
-class Placeholder final : public backend::Backend {
+
+// A loaded module and its kernel on one device; modules are shared by identical kernels.
+struct LoadedKernel {
+  CUmodule module = nullptr;
+  CUfunction function = nullptr;
+  int max_blocks_per_sm = 1;
+};
+
+struct ModuleCache {
+  std::mutex mu;
+  std::map<std::pair<int, std::string>, std::shared_ptr<LoadedKernel>> loaded;  // (device, source hash)
+};
+ModuleCache& module_cache() {
+  static ModuleCache* c = new ModuleCache;  // modules stay loaded for the process
+  return *c;
+}
+
+std::string grid_text(const Shape& grid) { return shape_str(grid); }
+
+std::atomic<int> compile_only_sm{0};  // 0: off; else the target architecture
+std::atomic<int> compiled_count{0};
+
+// Launch timing (benchmarks): one pair of events, reused.
+struct LaunchTiming {
+  std::mutex mu;
+  std::atomic<bool> on{false};
+  CUevent start = nullptr, stop = nullptr;
+  bool recorded = false;
+};
+LaunchTiming& launch_timing() {
+  static LaunchTiming* t = new LaunchTiming;
+  return *t;
+}
+
+int compile_only_target() {
+  if (int sm = compile_only_sm.load()) return sm;
+  const char* env = std::getenv("PALLADIUM_CUDA_COMPILE_ONLY");
+  return env && *env && std::string(env) != "0" ? 90 : 0;
+}
+
+void write_debug_files(const std::string& kernel_name, const GeneratedKernel& g, const std::string& ptx,
+                       const std::string& cubin) {
+  std::string dir;
+  if (const char* d = std::getenv("PALLADIUM_DEBUG_DIR"); d && *d) dir = d;
+  else dir = (std::filesystem::temp_directory_path() / ("palladium-debug-" + std::to_string(getpid()))).string();
+  std::filesystem::create_directories(dir);
+  const std::string base = dir + "/" + g.entry;
+  std::ofstream(base + ".cu") << g.source;
+  std::ofstream(base + ".ptx") << ptx;
+  std::ofstream(base + ".cubin", std::ios::binary) << cubin;
+  std::cout << "--- pallas_call '" << kernel_name << "' (cuda): " << g.threads << " threads per program, "
+            << g.shared_bytes << " bytes of shared memory, " << g.scratch_bytes << " bytes of scratch per program\n"
+            << "    CUDA source: " << base << ".cu\n    PTX:         " << base << ".ptx\n    cubin:       " << base
+            << ".cubin\n";
+}
+
+// Prints the kernel's debug_print records as the interpreter does: one line per record, programs
+// in row-major order, each program's prints in execution order.
+void print_debug_records(const ir::Kernel& k, const GeneratedKernel& g, const std::string& bytes, bool truncated) {
+  struct Record {
+    int64_t program;
+    uint32_t seq, op;
+    size_t at;
+  };
+  std::vector<Record> records;
+  for (size_t at = 0; at + kDebugRecordHeader <= bytes.size();) {
+    uint32_t op, seq;
+    int64_t program;
+    std::memcpy(&op, bytes.data() + at, 4);
+    std::memcpy(&seq, bytes.data() + at + 4, 4);
+    std::memcpy(&program, bytes.data() + at + 8, 8);
+    if (op >= g.prints.size()) break;
+    records.push_back({program, seq, op, at});
+    size_t size = kDebugRecordHeader;
+    for (const ir::Type& t : g.prints[op].operands)
+      size += static_cast<size_t>((numel(t.shape) * (is_float(t.dtype) && itemsize(t.dtype) == 2 ? 4 : itemsize(t.dtype)) + 7) / 8 * 8);
+    at += size;
+  }
+  std::sort(records.begin(), records.end(), [](const Record& a, const Record& b) {
+    return a.program != b.program ? a.program < b.program : a.seq < b.seq;
+  });
+  for (const Record& r : records) {
+    std::ostringstream os;
+    os << "[" << k.name << " program (";
+    int64_t rest = r.program;
+    std::vector<int64_t> pid(k.grid.size());
+    for (size_t d = k.grid.size(); d-- > 0;) {
+      pid[d] = rest % k.grid[d];
+      rest /= k.grid[d];
+    }
+    for (size_t d = 0; d < pid.size(); ++d) os << (d ? ", " : "") << pid[d];
+    os << ")] ";
+    const DebugPrintInfo& info = g.prints[r.op];
+    size_t pos = 0, at = r.at + kDebugRecordHeader;
+    for (const ir::Type& t : info.operands) {
+      const size_t hole = info.text.find("{}", pos);
+      os << info.text.substr(pos, hole - pos);
+      pos = hole + 2;
+      Array a(t.shape, t.dtype);
+      const bool wide_float = is_float(t.dtype) && itemsize(t.dtype) == 2;  // held as float32
+      const int reg = wide_float ? 4 : itemsize(t.dtype);
+      for (int64_t e = 0; e < a.size(); ++e) {
+        const char* p = bytes.data() + at + static_cast<size_t>(e * reg);
+        if (wide_float) {
+          float f;
+          std::memcpy(&f, p, 4);
+          a.set(e, f);
+        } else {
+          std::memcpy(static_cast<char*>(a.data()) + e * itemsize(t.dtype), p, static_cast<size_t>(itemsize(t.dtype)));
+        }
+      }
+      os << a.str();
+      at += static_cast<size_t>((a.size() * reg + 7) / 8 * 8);
+    }
+    os << info.text.substr(std::min(pos, info.text.size())) << "\n";
+    std::cout << os.str() << std::flush;
+  }
+  if (truncated) std::cout << "[" << k.name << "] debug_print output truncated (buffer full)\n" << std::flush;
+}
+
+class CudaExecutable final : public backend::Executable {
+ public:
+  CudaExecutable(const ir::Kernel& k, const backend::CompileOptions& o) : kernel_(k), options_(o) {}
+
+  // Generates and compiles for the device's architecture; done once per device.
+  std::shared_ptr<LoadedKernel> kernel_for(int ordinal) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = per_device_.find(ordinal); it != per_device_.end()) return it->second;
+    const DeviceInfo& dev = device(ordinal);
+    Target target = target_for(dev.cc_major, dev.cc_minor);
+    if (dev.max_shared_optin > 0) target.max_shared_bytes = dev.max_shared_optin;
+    GeneratedKernel g = generate_cuda(kernel_, options_.params, target);
+    const std::string source_key = backend::hash_hex(target.arch_flag() + "\n" + g.source);
+    std::shared_ptr<LoadedKernel> lk;
+    {
+      ModuleCache& mc = module_cache();
+      std::lock_guard<std::mutex> lock2(mc.mu);
+      if (auto it = mc.loaded.find({ordinal, source_key}); it != mc.loaded.end() && !options_.debug) lk = it->second;
+    }
+    if (!lk) {
+      CompileResult c = compile_to_cubin(g, kernel_.name, target, "", true, options_.debug);
+      ++compiled_count;
+      if (options_.debug) write_debug_files(kernel_.name, g, c.ptx, c.cubin);
+      const DriverApi& d = *driver();
+      lk = std::make_shared<LoadedKernel>();
+      make_current(ordinal);
+      check_driver(d.cuModuleLoadData(&lk->module, c.cubin.data()), "pallas_call '" + kernel_.name + "': loading the cubin");
+      check_driver(d.cuModuleGetFunction(&lk->function, lk->module, g.entry.c_str()),
+                   "pallas_call '" + kernel_.name + "': finding " + g.entry);
+      if (g.shared_bytes > 48 * 1024)
+        check_driver(d.cuFuncSetAttribute(lk->function, kFuncAttrMaxDynamicSharedSizeBytes, static_cast<int>(g.shared_bytes)),
+                     "pallas_call '" + kernel_.name + "': asking for " + std::to_string(g.shared_bytes) + " bytes of shared memory");
+      d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&lk->max_blocks_per_sm, lk->function, g.threads,
+                                                    static_cast<size_t>(g.shared_bytes));
+      if (lk->max_blocks_per_sm < 1) lk->max_blocks_per_sm = 1;
+      ModuleCache& mc = module_cache();
+      std::lock_guard<std::mutex> lock2(mc.mu);
+      mc.loaded[{ordinal, source_key}] = lk;
+    }
+    generated_ = g;
+    per_device_[ordinal] = lk;
+    return lk;
+  }
+
+  void run(const std::vector<Array>& inputs, std::vector<Array>& outputs) override {
+    // The device: that of the first device-resident input, else cuda:0. Device inputs keep the
+    // outputs on the device; host inputs are copied in and the outputs copied back.
+    int ordinal = 0;
+    bool on_device = false;
+    for (const Array& a : inputs)
+      if (a.defined() && a.device().kind == Device::cuda) {
+        ordinal = a.device().index;
+        on_device = true;
+        break;
+      }
+    std::shared_ptr<LoadedKernel> lk = kernel_for(ordinal);
+    const GeneratedKernel& g = generated_;
+    make_current(ordinal);
+    const DriverApi& d = *driver();
+
+    std::vector<CUdeviceptr> temporaries;
+    struct Release {
+      std::vector<CUdeviceptr>& t;
+      ~Release() {
+        for (CUdeviceptr p : t) release(p);
+      }
+    } release_all{temporaries};
+    auto temp = [&](size_t bytes) {
+      temporaries.push_back(allocate(ordinal, bytes));
+      return temporaries.back();
+    };
+
+    std::vector<CUdeviceptr> ptrs;
+    for (const ir::RefParam& p : kernel_.refs) {
+      if (!p.is_output) {
+        const Array& a = inputs.at(static_cast<size_t>(p.operand));
+        if (a.device() == Device{Device::cuda, ordinal}) {
+          ptrs.push_back(reinterpret_cast<CUdeviceptr>(a.data()));
+        } else {
+          const Array host = to_host(a);
+          const CUdeviceptr dp = temp(host.nbytes());
+          copy_to_device(dp, host.data(), host.nbytes());
+          ptrs.push_back(dp);
+        }
+      } else {
+        Array& o = outputs.at(static_cast<size_t>(p.operand));
+        bool aliased = false;
+        for (auto [in, out] : kernel_.aliases) aliased = aliased || out == p.operand;
+        if (on_device) {
+          Array dev = empty(o.shape(), o.dtype(), Device{Device::cuda, ordinal});
+          if (aliased) copy_to_device(reinterpret_cast<CUdeviceptr>(dev.data()), to_host(o).data(), o.nbytes());
+          o = dev;
+          ptrs.push_back(reinterpret_cast<CUdeviceptr>(o.data()));
+        } else {
+          const CUdeviceptr dp = temp(o.nbytes());
+          if (aliased) copy_to_device(dp, o.data(), o.nbytes());
+          ptrs.push_back(dp);
+        }
+      }
+    }
+
+    const int64_t programs = g.num_programs;
+    const std::string what = "pallas_call '" + kernel_.name + "' on cuda:" + std::to_string(ordinal) + " (grid " +
+                             grid_text(kernel_.grid) + ", " + std::to_string(g.threads) + " threads per program)";
+    if (programs > 0) {
+      CUdeviceptr scratch = 0, flags = 0;
+      unsigned long long stride = 0;
+      int slots = 0;
+      if (g.scratch_bytes > 0) {
+        const DeviceInfo& dev = device(ordinal);
+        const int64_t resident = static_cast<int64_t>(lk->max_blocks_per_sm) * dev.multiprocessors;
+        slots = static_cast<int>(std::min<int64_t>(programs, std::max<int64_t>(resident, 1)));
+        stride = static_cast<unsigned long long>((g.scratch_bytes + 255) / 256 * 256);
+        scratch = temp(stride * static_cast<size_t>(slots));
+        flags = temp(sizeof(unsigned) * static_cast<size_t>(slots));
+        check_driver(d.cuMemsetD8(flags, 0, sizeof(unsigned) * static_cast<size_t>(slots)), what + ": clearing scratch slots");
+      }
+      std::vector<void*> args;
+      for (CUdeviceptr& p : ptrs) args.push_back(&p);
+      args.push_back(&scratch);
+      args.push_back(&stride);
+      args.push_back(&flags);
+      args.push_back(&slots);
+      CUdeviceptr debug_buffer = 0;
+      const uint64_t debug_capacity = 16u << 20;
+      if (!g.prints.empty()) {
+        debug_buffer = temp(16 + debug_capacity);
+        const uint64_t header[2] = {0, debug_capacity};
+        copy_to_device(debug_buffer, header, sizeof(header));
+        args.push_back(&debug_buffer);
+      }
+      const DeviceInfo& dev = device(ordinal);
+      const int64_t max_x = dev.max_grid_x > 0 ? dev.max_grid_x : 2147483647;
+      const int64_t gx = std::min<int64_t>(programs, max_x);
+      const int64_t gy = (programs + gx - 1) / gx;
+      PL_CHECK(gy <= (dev.max_grid_y > 0 ? dev.max_grid_y : 65535), what, ": ", programs,
+               " programs exceed the launch grid's limits");
+      LaunchTiming& lt = launch_timing();
+      std::unique_lock<std::mutex> timing_lock(lt.mu, std::defer_lock);
+      if (lt.on) {
+        timing_lock.lock();
+        if (!lt.start) {
+          d.cuEventCreate(&lt.start, 0);
+          d.cuEventCreate(&lt.stop, 0);
+        }
+        d.cuEventRecord(lt.start, nullptr);
+      }
+      const CUresult r = d.cuLaunchKernel(lk->function, static_cast<unsigned>(gx), static_cast<unsigned>(gy), 1,
+                                          static_cast<unsigned>(g.threads), 1, 1, static_cast<unsigned>(g.shared_bytes),
+                                          nullptr, args.data(), nullptr);
+      if (r != 0) throw Error(what + ": the launch failed: " + driver_error_text(r));
+      if (lt.on) {
+        d.cuEventRecord(lt.stop, nullptr);
+        lt.recorded = true;
+        timing_lock.unlock();
+      }
+      // Temporaries (inputs, scratch) go back to the cache only after the kernel is done.
+      if (!temporaries.empty() || !on_device) synchronize(ordinal, what + ": the kernel failed");
+      if (debug_buffer) {
+        uint64_t used = 0;
+        copy_to_host(&used, debug_buffer, sizeof(used));
+        std::string bytes(std::min<uint64_t>(used, debug_capacity), '\0');
+        copy_to_host(bytes.data(), debug_buffer + 16, bytes.size());
+        print_debug_records(kernel_, g, bytes, used > debug_capacity);
+      }
+    }
+    if (!on_device) {
+      for (const ir::RefParam& p : kernel_.refs) {
+        if (!p.is_output) continue;
+        Array& o = outputs.at(static_cast<size_t>(p.operand));
+        size_t ref_index = static_cast<size_t>(&p - kernel_.refs.data());
+        copy_to_host(o.data(), ptrs[ref_index], o.nbytes());
+      }
+    }
+  }
+
+ private:
+  ir::Kernel kernel_;
+  backend::CompileOptions options_;
+  std::mutex mu_;
+  std::map<int, std::shared_ptr<LoadedKernel>> per_device_;
+  GeneratedKernel generated_;
+};
+
+class CudaBackend final : public backend::Backend {
  public:
   const char* name() const override { return "cuda"; }
-  std::string unavailable_reason() const override { return "the cuda backend is not built yet"; }
-  std::unique_ptr<backend::Executable> compile(const ir::Kernel&, const backend::CompileOptions&) override {
-    throw Error("the cuda backend is not built yet");
+  std::string unavailable_reason() const override {
+    std::string why = compile_only_target() ? "" : cuda::unavailable_reason();
+    if (why.empty()) why = nvrtc_unavailable_reason();
+    return why;
+  }
+  std::unique_ptr<backend::Executable> compile(const ir::Kernel& k, const backend::CompileOptions& o) override {
+    if (const int sm = compile_only_target()) {
+      // Generate and compile for the target (errors propagate), then run on the interpreter.
+      GeneratedKernel g = generate_cuda(k, o.params, target_for(sm / 10, sm % 10));
+      CompileResult c = compile_to_cubin(g, k.name, target_for(sm / 10, sm % 10), "", true, o.debug);
+      ++compiled_count;
+      if (o.debug) write_debug_files(k.name, g, c.ptx, c.cubin);
+      return interp::backend().compile(k, o);
+    }
+    auto exe = std::make_unique<CudaExecutable>(k, o);
+    exe->kernel_for(0);  // compile now, so errors surface at the call that traced the kernel
+    return exe;
   }
 };
+
 }  // namespace
+
 backend::Backend& backend() {
-  static Placeholder b;
+  static CudaBackend b;
   return b;
 }
+
+void set_launch_timing(bool on) {
+  LaunchTiming& t = launch_timing();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.on = on;
+}
+
+double last_launch_ms() {
+  LaunchTiming& t = launch_timing();
+  std::lock_guard<std::mutex> lock(t.mu);
+  if (!t.recorded) return 0.0;
+  const DriverApi& d = *driver();
+  check_driver(d.cuEventSynchronize(t.stop), "waiting for the timed launch");
+  float ms = 0;
+  d.cuEventElapsedTime(&ms, t.start, t.stop);
+  return ms;
+}
+
+void set_compile_only(bool on, int sm) { compile_only_sm = on ? sm : 0; }
+bool compile_only() { return compile_only_target() != 0; }
+int kernels_compiled() { return compiled_count.load(); }
+
+void clear_module_cache() {
+  ModuleCache& mc = module_cache();
+  std::lock_guard<std::mutex> lock(mc.mu);
+  mc.loaded.clear();  // modules stay loaded (executables may hold them); only lookups reset
+}
+
 }  // namespace palladium::cuda
+
+namespace palladium {
+void clear_compiled_kernels() { cuda::clear_module_cache(); }
+}  // namespace palladium

@@ -1,0 +1,28 @@
+// IR -> C++ for the cpu backend: one translation unit per kernel that includes the device headers
+// (device/cpu/palladium_cpu.h) and exports the entry points described in device/cpu/abi.h.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/ir.h"
+
+namespace palladium::cpu {
+
+// A debug_print call site: the host formats its values (see debug_print.h).
+struct PrintSite {
+  std::string format;
+  std::vector<ir::Type> types;
+};
+
+struct GeneratedKernel {
+  std::string source;
+  // Upper bound of one program's stack frame: every tile lives on the stack of a pool thread.
+  int64_t frame_bytes = 0;
+  std::vector<PrintSite> prints;
+};
+
+// Throws Error for kernels the backend cannot run (a store into an input ref).
+GeneratedKernel generate(const ir::Kernel& kernel);
+
+}  // namespace palladium::cpu

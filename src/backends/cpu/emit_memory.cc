@@ -1,0 +1,183 @@
+// cpu codegen: loads, stores and atomics (the interpreter's Machine::memory), with the edge-block
+// rules of device/cpu/tile_memory.h: elements outside the array read `other` (or 0) and are not
+// written. Index arithmetic is per access and per row, never per element.
+#include "backends/cpu/emitter.h"
+
+namespace palladium::cpu {
+
+// Names the generated code declares for one access: `p_off` is the array offset of the first
+// selected element (k = 0 in every dimension); per selected dimension d, `p_lo<d>`/`p_hi<d>` bound
+// the k inside the array, `counts[d]` is its size and `steps[d]` its element step in memory.
+struct Emitter::Access {
+  std::string prefix;
+  std::vector<int64_t> counts, steps;
+  std::string lo(size_t d) const { return prefix + "_lo" + std::to_string(d); }
+  std::string hi(size_t d) const { return prefix + "_hi" + std::to_string(d); }
+  std::string off() const { return prefix + "_off"; }
+  std::string ok() const { return prefix + "_ok"; }
+};
+
+Emitter::Access Emitter::plan_access(const ir::Inst& in) {
+  const ir::RefParam& p = kernel_.refs[static_cast<size_t>(in.i0)];
+  std::vector<int64_t> strides(p.array_shape.size(), 1);
+  for (size_t d = strides.size(); d-- > 1;) strides[d - 1] = strides[d] * p.array_shape[d];
+  Access a;
+  a.prefix = fresh("a");
+  std::string offset = "0", ok = "true";
+  std::vector<std::string> range_calls;
+  size_t ref_dim = 0;
+  for (size_t dim = 0; dim < p.array_shape.size(); ++dim) {
+    const std::string origin = "static_cast<int64_t>(" + name(p.origin[dim]) + ")";
+    const std::string extent = std::to_string(p.array_shape[dim]);
+    if (p.squeezed[dim]) {  // the block has one element here, at the origin itself
+      offset += " + " + origin + " * " + std::to_string(strides[dim]);
+      ok += " && " + origin + " >= 0 && " + origin + " < " + extent;
+      continue;
+    }
+    const size_t d = ref_dim++;
+    const ir::IndexEntry& e = in.index[d];
+    const std::string start = a.prefix + "_g" + std::to_string(d);
+    line("const int64_t " + start + " = " + origin + " + static_cast<int64_t>(" + name(in.operands[d]) + ");");
+    offset += " + " + start + " * " + std::to_string(strides[dim]);
+    if (e.scalar) {
+      ok += " && " + start + " >= 0 && " + start + " < " + extent;
+      continue;
+    }
+    const size_t s = a.counts.size();
+    a.counts.push_back(e.size);
+    a.steps.push_back(e.stride * strides[dim]);
+    range_calls.push_back("pl_cpu::valid_range(" + start + ", " + std::to_string(e.stride) + ", " + std::to_string(e.size) +
+                          ", " + extent + ", " + a.lo(s) + ", " + a.hi(s) + ");");
+  }
+  line("const int64_t " + a.off() + " = " + offset + ";");
+  line("const bool " + a.ok() + " = " + ok + ";");
+  for (size_t s = 0; s < a.counts.size(); ++s) {
+    line("int64_t " + a.lo(s) + ", " + a.hi(s) + ";");
+    line(range_calls[s]);
+  }
+  // Scalar indices or squeezed dimensions outside the array: nothing is selected.
+  if (!a.counts.empty()) line("if (!" + a.ok() + ") " + a.lo(0) + " = " + a.hi(0) + " = 0;");
+  return a;
+}
+
+// Loops over all but the last selected dimension, then `row(flat, off, lo, hi)` with the tile
+// offset of the row, its array offset and the valid range of its elements.
+void Emitter::emit_rows(const Access& a, const RowEmitter& row) {
+  const size_t rank = a.counts.size();
+  std::string flat = "0", offset = a.off(), inside = "true";
+  for (size_t d = 0; d + 1 < rank; ++d) {
+    const std::string k = a.prefix + "_k" + std::to_string(d);
+    open("for (int64_t " + k + " = 0; " + k + " < " + std::to_string(a.counts[d]) + "; ++" + k + ")");
+    flat = "(" + flat + " + " + k + ") * " + std::to_string(a.counts[d + 1]);
+    offset += " + " + k + " * " + std::to_string(a.steps[d]);
+    inside += " && " + k + " >= " + a.lo(d) + " && " + k + " < " + a.hi(d);
+  }
+  const std::string lo = a.lo(rank - 1), hi = a.hi(rank - 1);
+  if (rank > 1) {
+    line("const bool " + a.prefix + "_row = " + inside + ";");
+    row(flat, offset, a.prefix + "_row ? " + lo + " : 0", a.prefix + "_row ? " + hi + " : 0");
+  } else {
+    row(flat, offset, lo, hi);
+  }
+  for (size_t d = 0; d + 1 < rank; ++d) close();
+}
+
+void Emitter::emit_load(const ir::Inst& in) {
+  const ir::ValueId r = in.results[0];
+  const DType t = type(r).dtype;
+  const std::string ct = compute_type(t);
+  const std::string base = ref_pointer(static_cast<int>(in.i0));
+  size_t next = in.index.size();
+  const std::string mask = (in.i1 & ir::kHasMask) ? name(in.operands[next++]) : "";
+  const std::string other = (in.i1 & ir::kHasOther) ? name(in.operands[next++]) : "";
+  if (kind(r) == ValueKind::Scalar) {
+    const Access a = plan_access(in);
+    const std::string active = a.ok() + (mask.empty() ? "" : " && " + mask);
+    line("const " + ct + " " + name(r) + " = " + active + " ? " + ct + "(pl_cpu::to_compute(" + base + "[" + a.off() + "])) : " +
+         (other.empty() ? ct + "(0)" : other) + ";");
+    return;
+  }
+  declare_tile(r);
+  open("");
+  const Access a = plan_access(in);
+  const std::string step = std::to_string(a.steps.back()), count = std::to_string(a.counts.back());
+  emit_rows(a, [&](const std::string& flat, const std::string& off, const std::string& lo, const std::string& hi) {
+    if (mask.empty()) {
+      line("pl_cpu::load_row<" + ct + ">(" + name(r) + " + " + flat + ", " + base + ", " + off + ", " + step + ", " + count +
+           ", " + lo + ", " + hi + ");");
+    } else {
+      line("pl_cpu::load_row_masked<" + ct + ">(" + name(r) + " + " + flat + ", " + base + ", " + off + ", " + step + ", " +
+           count + ", " + lo + ", " + hi + ", " + mask + " + " + flat + ", " +
+           (other.empty() ? "static_cast<const " + ct + "*>(nullptr)" : other + " + " + flat) + ");");
+    }
+  });
+  close();
+}
+
+void Emitter::emit_matrix_view(const ir::Inst& in) {
+  const ir::ValueId r = in.results[0];
+  const ir::RefParam& p = kernel_.refs[static_cast<size_t>(in.i0)];
+  const Access a = plan_access(in);
+  line(std::string("const pl_cpu::MatrixIn<") + storage_type(p.dtype) + "> " + name(r) + " = {" +
+       ref_pointer(static_cast<int>(in.i0)) + ", " + a.off() + ", " + std::to_string(a.steps[0]) + ", " +
+       std::to_string(a.steps[1]) + ", " + a.lo(0) + ", " + a.hi(0) + ", " + a.lo(1) + ", " + a.hi(1) + "};");
+}
+
+void Emitter::emit_store(const ir::Inst& in) {
+  const ir::RefParam& p = kernel_.refs[static_cast<size_t>(in.i0)];
+  const std::string st = storage_type(p.dtype);
+  const std::string base = ref_pointer(static_cast<int>(in.i0));
+  const ir::ValueId value = in.operands[in.index.size()];
+  const std::string mask = (in.i1 & ir::kHasMask) ? name(in.operands[in.index.size() + 1]) : "";
+  open("");
+  const Access a = plan_access(in);
+  if (auto it = deferred_dot_.find(&in); it != deferred_dot_.end()) {
+    // The dot writes its result straight into the output array.
+    emit_gemm(*it->second,
+              "pl_cpu::MatrixOut<float>{" + base + ", " + a.off() + ", " + std::to_string(a.steps[0]) + ", " +
+                  std::to_string(a.steps[1]) + ", " + a.lo(0) + ", " + a.hi(0) + ", " + a.lo(1) + ", " + a.hi(1) + "}",
+              false);
+  } else if (a.counts.empty()) {
+    line("if (" + a.ok() + (mask.empty() ? "" : " && " + mask) + ") " + base + "[" + a.off() + "] = pl_cpu::to_storage<" + st +
+         ">(" + name(value) + ");");
+  } else {
+    const std::string step = std::to_string(a.steps.back()), count = std::to_string(a.counts.back());
+    emit_rows(a, [&](const std::string& flat, const std::string& off, const std::string& lo, const std::string& hi) {
+      if (mask.empty())
+        line("pl_cpu::store_row(" + base + ", " + off + ", " + step + ", " + count + ", " + lo + ", " + hi + ", " + name(value) +
+             " + " + flat + ");");
+      else
+        line("pl_cpu::store_row_masked(" + base + ", " + off + ", " + step + ", " + lo + ", " + hi + ", " + name(value) + " + " +
+             flat + ", " + mask + " + " + flat + ");");
+    });
+  }
+  close();
+}
+
+void Emitter::emit_atomic(const ir::Inst& in) {
+  const ir::ValueId r = in.results[0];
+  const std::string ct = compute_type(type(r).dtype);
+  const std::string base = ref_pointer(static_cast<int>(in.i0));
+  const ir::ValueId value = in.operands[in.index.size()];
+  const std::string mask = (in.i1 & ir::kHasMask) ? name(in.operands[in.index.size() + 1]) : "";
+  const std::string op = std::string("pl_cpu::AtomicOp::") +
+                         (in.op == ir::Op::AtomicAdd ? "add" : in.op == ir::Op::AtomicMax ? "max" : "min");
+  if (type(r).shape.empty()) {
+    const Access a = plan_access(in);
+    line("const " + ct + " " + name(r) + " = (" + a.ok() + (mask.empty() ? "" : " && " + mask) + ") ? pl_cpu::atomic_update<" +
+         op + ">(" + base + " + " + a.off() + ", " + name(value) + ") : " + ct + "(0);");
+    return;
+  }
+  declare_tile(r);  // the old values, even when unused: the row helper writes them
+  open("");
+  const Access a = plan_access(in);
+  const std::string step = std::to_string(a.steps.back()), count = std::to_string(a.counts.back());
+  emit_rows(a, [&](const std::string& flat, const std::string& off, const std::string& lo, const std::string& hi) {
+    line("pl_cpu::atomic_row<" + op + ">(" + base + ", " + off + ", " + step + ", " + count + ", " + lo + ", " + hi + ", " +
+         name(value) + " + " + flat + ", " + (mask.empty() ? "static_cast<const bool*>(nullptr)" : mask + " + " + flat) + ", " +
+         name(r) + " + " + flat + ");");
+  });
+  close();
+}
+
+}  // namespace palladium::cpu

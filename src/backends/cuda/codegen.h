@@ -1,0 +1,45 @@
+// IR -> CUDA C++. One thread block runs one program; the kernel's grid is folded into the launch
+// grid (see emit_kernel.cc). The generated source includes only "cuda/palladium.h" (device/cuda/).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/ir.h"
+#include "palladium/call.h"
+
+namespace palladium::cuda {
+
+struct Target {
+  int sm = 90;                        // compute capability major*10 + minor
+  bool arch_specific = true;          // sm_90a rather than sm_90 (wgmma-class features)
+  int64_t max_shared_bytes = 227 * 1024;  // opt-in dynamic shared memory per block
+  std::string arch_flag() const;      // "sm_90a"
+};
+// The target of a device of this compute capability (shared-memory limit from its generation).
+Target target_for(int major, int minor);
+
+// A debug_print of the kernel: its format text and the types of its values. The kernel appends
+// records [u32 print index, u32 sequence in its program, i64 program, values...] (values in the
+// register type, each padded to 8 bytes) to a buffer whose first two u64 are the bytes used and
+// the capacity; the host formats them.
+struct DebugPrintInfo {
+  std::string text;
+  std::vector<ir::Type> operands;
+};
+inline constexpr int64_t kDebugRecordHeader = 16;
+
+struct GeneratedKernel {
+  std::string source;                 // CUDA C++ for NVRTC
+  std::string entry;                  // the __global__ function's name
+  int threads = 128;                  // threads per block (one program)
+  int64_t shared_bytes = 0;           // dynamic shared memory per block
+  int64_t scratch_bytes = 0;          // global scratch per resident program (large tiles)
+  int64_t num_programs = 1;           // product of the grid
+  std::vector<DebugPrintInfo> prints; // non-empty: the kernel takes a debug buffer parameter
+};
+
+// Throws Error naming the op for anything the backend cannot lower.
+GeneratedKernel generate_cuda(const ir::Kernel& kernel, const CompilerParams& params, const Target& target);
+
+}  // namespace palladium::cuda

@@ -1,0 +1,103 @@
+// The CUDA driver API and NVRTC, loaded at run time with dlopen so that one build of the library
+// runs with and without a GPU (and without the toolkit). Only the entry points the backend uses are
+// declared, with their C ABI types written out here; nothing includes cuda.h or nvrtc.h.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace palladium::cuda {
+
+using CUresult = int;
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;
+struct CUctx_st;
+struct CUmod_st;
+struct CUfunc_st;
+struct CUstream_st;
+struct CUevent_st;
+using CUcontext = CUctx_st*;
+using CUmodule = CUmod_st*;
+using CUfunction = CUfunc_st*;
+using CUstream = CUstream_st*;
+using CUevent = CUevent_st*;
+
+// Attribute numbers from the driver API's enums (stable across CUDA versions).
+inline constexpr int kAttrMaxGridDimX = 5;
+inline constexpr int kAttrMaxGridDimY = 6;
+inline constexpr int kAttrMultiprocessorCount = 16;
+inline constexpr int kAttrComputeCapabilityMajor = 75;
+inline constexpr int kAttrComputeCapabilityMinor = 76;
+inline constexpr int kAttrMaxSharedMemoryPerBlockOptin = 97;
+inline constexpr int kFuncAttrSharedSizeBytes = 1;
+inline constexpr int kFuncAttrLocalSizeBytes = 3;
+inline constexpr int kFuncAttrNumRegs = 4;
+inline constexpr int kFuncAttrMaxDynamicSharedSizeBytes = 8;
+
+struct DriverApi {
+  CUresult (*cuInit)(unsigned);
+  CUresult (*cuDriverGetVersion)(int*);
+  CUresult (*cuDeviceGetCount)(int*);
+  CUresult (*cuDeviceGet)(CUdevice*, int);
+  CUresult (*cuDeviceGetName)(char*, int, CUdevice);
+  CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuCtxSynchronize)();
+  CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
+  CUresult (*cuMemFree)(CUdeviceptr);
+  CUresult (*cuMemGetInfo)(size_t*, size_t*);
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
+  CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
+  CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
+  CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  CUresult (*cuModuleLoadData)(CUmodule*, const void*);
+  CUresult (*cuModuleUnload)(CUmodule);
+  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  CUresult (*cuFuncGetAttribute)(int*, int, CUfunction);
+  CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+  CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int*, CUfunction, int, size_t);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             CUstream, void**, void**);
+  CUresult (*cuEventCreate)(CUevent*, unsigned);
+  CUresult (*cuEventDestroy)(CUevent);
+  CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuEventSynchronize)(CUevent);
+  CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
+  CUresult (*cuGetErrorName)(CUresult, const char**);
+  CUresult (*cuGetErrorString)(CUresult, const char**);
+};
+
+using nvrtcResult = int;
+struct _nvrtcProgram;
+using nvrtcProgram = _nvrtcProgram*;
+
+struct NvrtcApi {
+  const char* (*nvrtcGetErrorString)(nvrtcResult);
+  nvrtcResult (*nvrtcVersion)(int*, int*);
+  nvrtcResult (*nvrtcCreateProgram)(nvrtcProgram*, const char*, const char*, int, const char* const*,
+                                    const char* const*);
+  nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram*);
+  nvrtcResult (*nvrtcCompileProgram)(nvrtcProgram, int, const char* const*);
+  nvrtcResult (*nvrtcGetPTXSize)(nvrtcProgram, size_t*);
+  nvrtcResult (*nvrtcGetPTX)(nvrtcProgram, char*);
+  nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram, size_t*);
+  nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram, char*);
+  nvrtcResult (*nvrtcGetProgramLogSize)(nvrtcProgram, size_t*);
+  nvrtcResult (*nvrtcGetProgramLog)(nvrtcProgram, char*);
+  int major = 0, minor = 0;  // the library's version
+};
+
+// The loaded driver, or nullptr; `why` (if given) receives the reason it is missing. Loaded once.
+const DriverApi* driver(std::string* why = nullptr);
+// The loaded NVRTC, or nullptr with the reason.
+const NvrtcApi* nvrtc(std::string* why = nullptr);
+
+// "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered"
+std::string driver_error_text(CUresult r);
+// Throws Error("<what>: <driver error text>") when r is not success.
+void check_driver(CUresult r, const std::string& what);
+
+}  // namespace palladium::cuda

@@ -1,0 +1,229 @@
+// dot: on the tensor cores (mma.sync m16n8k16 for float16/bfloat16, m16n8k8 TF32 for float32 when
+// allowed) into the Mma accumulator layout, with float32 accumulation; otherwise a SIMT loop
+// (full float32, float64 or wrapped int64 accumulation, as the interpreter's eval_dot.cc).
+//
+// Tensor-core operands come from shared-memory tiles holding the operand in its natural
+// row-major form (a "home" planned in layout_plan.cc, or staged here); ldmatrix reads them with
+// or without .trans to suit the orientation. An A operand already in Mma accumulator layout with
+// the result's warp rows is used from registers (two adjacent n8 accumulator tiles are exactly one
+// k16 A fragment), as FlashAttention-2 does for P @ V.
+#include "backends/cuda/emitter.h"
+
+namespace palladium::cuda {
+namespace {
+
+bool is_16bit_float(DType t) { return t == DType::float16 || t == DType::bfloat16; }
+
+}  // namespace
+
+// Writes a register (or scratch) value into its shared-memory home, once, after its definition.
+void Emitter::emit_home_store(ir::ValueId v) {
+  const SmemTile& tile = smem_home.at(v);
+  const Layout& l = layout_of(v);
+  const std::string home = home_expr(v);
+  const std::string conv = type(v).dtype == DType::bfloat16 ? "pl_f_to_bf16" : "pl_f_to_f16";
+  if (loop_depth_of(v) > 0) barrier();  // dots of the previous iteration may still read the home
+  open_slots(l);
+  line("if (" + owner(l) + ") " + home + "[" + coord(l, 0) + " * " + std::to_string(tile.row_stride()) + " + " +
+       coord(l, 1) + "] = " + conv + "(" + at(v) + ");");
+  close();
+  barrier();
+}
+
+void Emitter::emit_dot(const ir::Inst& in) {
+  const ir::ValueId r = in.results[0];
+  const Layout& rl = layout_of(r);
+  // Effective operands: folded transposes flip the orientation flag.
+  ir::ValueId a = in.operands[0], b = in.operands[1];
+  bool ta = in.i0 != 0, tb = in.i1 != 0;
+  if (auto it = folded_transpose.find(a); it != folded_transpose.end()) { a = it->second; ta = !ta; }
+  if (auto it = folded_transpose.find(b); it != folded_transpose.end()) { b = it->second; tb = !tb; }
+  const DType t = type(a).dtype;
+  const Shape& as = type(a).shape;
+  const Shape& bs = type(b).shape;
+  const int64_t K = ta ? as[0] : as[1];
+  const bool tf32 = t == DType::float32 && params_.allow_tf32;
+  const bool tensor = rl.kind == LayoutKind::Mma && ((is_16bit_float(t) && K % 16 == 0) || (tf32 && K % 8 == 0));
+
+  // Shared-memory tiles for the tensor-core path: homes, or staging in the exchange area.
+  const int esize = tf32 ? 4 : 2, pad = tf32 ? 4 : 8;
+  auto tile_bytes = [&](ir::ValueId v) { return type(v).shape[0] * (type(v).shape[1] + pad) * esize; };
+  const Layout& al = layout_of(a);
+  const bool a_in_registers = tensor && !tf32 && !ta && al.kind == LayoutKind::Mma && al.warps_n == 1 &&
+                              rl.warps_n == 1 && al.warps_m == rl.warps_m && as[0] == rl.shape[0] &&
+                              !smem_home.count(a);
+  const bool a_home = !tf32 && smem_home.count(a), b_home = !tf32 && smem_home.count(b);
+  const int64_t a_stage = (a_in_registers || a_home) ? 0 : (tile_bytes(a) + 127) / 128 * 128;
+  const int64_t b_stage = b_home ? 0 : tile_bytes(b);
+  const bool fits = smem_homes_bytes_ + a_stage + b_stage <= target_.max_shared_bytes - kSharedReserve;
+
+  if (!tensor || !fits) {
+    // SIMT: stage both operands as register-typed buffers; each result slot loops over k.
+    auto operand = [&](ir::ValueId v, int64_t offset) -> std::string {
+      if (skip_registers.count(v)) return home_expr(v);
+      return stage_value(v, offset);
+    };
+    if (!layout_of(a).registers() || !layout_of(b).registers()) barrier();
+    const std::string abuf = operand(a, 0);
+    const std::string bbuf = operand(b, staged_bytes(a));
+    barrier();
+    auto read = [&](const std::string& buf, ir::ValueId v, const std::string& row, const std::string& col) {
+      if (skip_registers.count(v)) {
+        const std::string idx = row + " * " + std::to_string(smem_home.at(v).row_stride()) + " + " + col;
+        return std::string(type(v).dtype == DType::bfloat16 ? "pl_bf16_to_f(" : "pl_f16_to_f(") + buf + "[" + idx + "])";
+      }
+      return buf + "[" + row + " * " + std::to_string(type(v).shape[1]) + " + " + col + "]";
+    };
+    const std::string acc = is_float(t) ? (t == DType::float64 ? "double" : "float") : "pl_i64";
+    const std::string addend = dot_addend.count(r) ? at(dot_addend.at(r)) + " + " : "";
+    const std::string v = valid(rl);
+    declare(r);
+    if (rl.registers()) {
+      // k outermost (a runtime loop), the thread's slots innermost: accumulators stay in
+      // registers and the code stays small.
+      open("");
+      line(acc + " pl_acc[" + std::to_string(rl.slots) + "];");
+      line("#pragma unroll");
+      line("for (int s = 0; s < " + std::to_string(rl.slots) + "; ++s) pl_acc[s] = 0;");
+      line("#pragma unroll 1");
+      open("for (int k = 0; k < " + std::to_string(K) + "; ++k)");
+      open_slots(rl);
+      if (!v.empty()) line("if (!(" + v + ")) continue;");
+      line("const int m = " + coord(rl, 0) + ", n = " + coord(rl, 1) + ";");
+      line("pl_acc[s] += (" + acc + ")" + read(abuf, a, ta ? "k" : "m", ta ? "m" : "k") + " * (" + acc + ")" +
+           read(bbuf, b, tb ? "n" : "k", tb ? "k" : "n") + ";");
+      close();
+      close();
+      open_slots(rl);
+      line(at(r) + " = " + addend + "(" + reg_type(type(r).dtype) + ")pl_acc[s];");
+      close();
+      close();
+    } else {
+      open_slots(rl);
+      line("const int m = " + coord(rl, 0) + ", n = " + coord(rl, 1) + ";");
+      line(acc + " acc = 0;");
+      line("#pragma unroll 4");
+      line("for (int k = 0; k < " + std::to_string(K) + "; ++k) acc += (" + acc + ")" +
+           read(abuf, a, ta ? "k" : "m", ta ? "m" : "k") + " * (" + acc + ")" + read(bbuf, b, tb ? "n" : "k", tb ? "k" : "n") + ";");
+      line(at(r) + " = " + addend + "(" + reg_type(type(r).dtype) + ")acc;");
+      close();
+    }
+    barrier();
+    return;
+  }
+
+  // Tensor cores. Stage operands without a home into the exchange area, in natural orientation.
+  auto stage_tile = [&](ir::ValueId v, int64_t offset) {
+    const Layout& l = layout_of(v);
+    const int64_t stride = type(v).shape[1] + pad;
+    const std::string buf = stage_space(tile_bytes(v), tf32 ? "float" : "pl_u16", offset);
+    const std::string conv = tf32 ? "" : (t == DType::bfloat16 ? "pl_f_to_bf16" : "pl_f_to_f16");
+    open_slots(l);
+    line("if (" + owner(l) + ") " + buf + "[" + coord(l, 0) + " * " + std::to_string(stride) + " + " + coord(l, 1) +
+         "] = " + conv + "(" + at(v) + ");");
+    close();
+    return buf;
+  };
+  const bool any_memory = (!a_in_registers && !a_home && !al.registers()) || (!b_home && !layout_of(b).registers());
+  if (any_memory) barrier();
+  const std::string atile = a_in_registers ? "" : a_home ? home_expr(a) : stage_tile(a, 0);
+  const std::string btile = b_home ? home_expr(b) : stage_tile(b, a_stage);
+  if (a_stage + b_stage > 0) barrier();
+  const int64_t a_ld = as[1] + pad, b_ld = bs[1] + pad;
+
+  declare(r);
+  if (dot_addend.count(r)) {
+    open_slots(rl);
+    line(at(r) + " = " + at(dot_addend.at(r)) + ";");
+    close();
+  } else {
+    open_slots(rl);
+    line(at(r) + " = 0.0f;");
+    close();
+  }
+  const int TM = rl.tiles_m, TN = rl.tiles_n;
+  const int64_t wr = rl.shape[0] / rl.warps_m, wc = rl.shape[1] / rl.warps_n;
+  const int ksteps = static_cast<int>(K / (tf32 ? 8 : 16));
+  open("");
+  line("const int pl_m0 = (pl_warp() / " + std::to_string(rl.warps_n) + ") * " + std::to_string(wr) +
+       ", pl_n0 = (pl_warp() % " + std::to_string(rl.warps_n) + ") * " + std::to_string(wc) + ";");
+  line("const int g = pl_lane() >> 2, t = pl_lane() & 3, q = pl_lane() >> 3, l8 = pl_lane() & 7;");
+  line("(void)g; (void)t; (void)q; (void)l8;");
+  line(a_in_registers || ksteps <= 16 ? "#pragma unroll" : "#pragma unroll 4");
+  open("for (int kk = 0; kk < " + std::to_string(ksteps) + "; ++kk)");
+  line("unsigned fa[" + std::to_string(TM) + "][4], fb[" + std::to_string(TN) + "][2];");
+  const std::string mma = tf32 ? "pl_mma_tf32_1688" : t == DType::bfloat16 ? "pl_mma_bf16_16816" : "pl_mma_f16_16816";
+  if (tf32) {
+    // Scalar fragment loads: A(m, k) and B(k, n) from the f32 tiles.
+    auto A = [&](const std::string& m, const std::string& kx) {
+      return atile + "[" + (ta ? kx + " * " + std::to_string(a_ld) + " + " + m : m + " * " + std::to_string(a_ld) + " + " + kx) + "]";
+    };
+    auto B = [&](const std::string& kx, const std::string& n) {
+      return btile + "[" + (tb ? n + " * " + std::to_string(b_ld) + " + " + kx : kx + " * " + std::to_string(b_ld) + " + " + n) + "]";
+    };
+    line("#pragma unroll");
+    open("for (int tm = 0; tm < " + std::to_string(TM) + "; ++tm)");
+    line("const int m = pl_m0 + tm * 16 + g, k = kk * 8 + t;");
+    line("fa[tm][0] = pl_to_tf32(" + A("m", "k") + "); fa[tm][1] = pl_to_tf32(" + A("(m + 8)", "k") + ");");
+    line("fa[tm][2] = pl_to_tf32(" + A("m", "(k + 4)") + "); fa[tm][3] = pl_to_tf32(" + A("(m + 8)", "(k + 4)") + ");");
+    close();
+    line("#pragma unroll");
+    open("for (int tn = 0; tn < " + std::to_string(TN) + "; ++tn)");
+    line("const int n = pl_n0 + tn * 8 + g, k = kk * 8 + t;");
+    line("fb[tn][0] = pl_to_tf32(" + B("k", "n") + "); fb[tn][1] = pl_to_tf32(" + B("(k + 4)", "n") + ");");
+    close();
+  } else {
+    if (a_in_registers) {
+      const std::string x = name(a), tna = std::to_string(al.tiles_n);
+      const std::string pack = t == DType::bfloat16 ? "pl_pack_bf16" : "pl_pack_f16";
+      line("#pragma unroll");
+      open("for (int tm = 0; tm < " + std::to_string(TM) + "; ++tm)");
+      line("const int s0 = (tm * " + tna + " + 2 * kk) * 4, s1 = s0 + 4;");
+      line("fa[tm][0] = " + pack + "(" + x + "[s0], " + x + "[s0 + 1]); fa[tm][1] = " + pack + "(" + x + "[s0 + 2], " + x + "[s0 + 3]);");
+      line("fa[tm][2] = " + pack + "(" + x + "[s1], " + x + "[s1 + 1]); fa[tm][3] = " + pack + "(" + x + "[s1 + 2], " + x + "[s1 + 3]);");
+      close();
+    } else {
+      line("#pragma unroll");
+      open("for (int tm = 0; tm < " + std::to_string(TM) + "; ++tm)");
+      if (!ta)  // A rows are m: x4 over (m 0-7 | 8-15) x (k 0-7 | 8-15)
+        line("pl_ldmatrix_x4(fa[tm], " + atile + " + (pl_m0 + tm * 16 + (q & 1) * 8 + l8) * " + std::to_string(a_ld) +
+             " + kk * 16 + (q >> 1) * 8);");
+      else  // A stored [k][m]: transposed 8x8 loads
+        line("pl_ldmatrix_x4_trans(fa[tm], " + atile + " + (kk * 16 + (q >> 1) * 8 + l8) * " + std::to_string(a_ld) +
+             " + pl_m0 + tm * 16 + (q & 1) * 8);");
+      close();
+    }
+    line("#pragma unroll");
+    open("for (int tn = 0; tn + 1 < " + std::to_string(TN) + "; tn += 2)");
+    line("unsigned x[4];");
+    if (tb)  // B stored [n][k]
+      line("pl_ldmatrix_x4(x, " + btile + " + (pl_n0 + tn * 8 + (q >> 1) * 8 + l8) * " + std::to_string(b_ld) +
+           " + kk * 16 + (q & 1) * 8);");
+    else  // B stored [k][n]
+      line("pl_ldmatrix_x4_trans(x, " + btile + " + (kk * 16 + (q & 1) * 8 + l8) * " + std::to_string(b_ld) +
+           " + pl_n0 + tn * 8 + (q >> 1) * 8);");
+    line("fb[tn][0] = x[0]; fb[tn][1] = x[1]; fb[tn + 1][0] = x[2]; fb[tn + 1][1] = x[3];");
+    close();
+    if (TN % 2) {
+      const std::string tn = std::to_string(TN - 1);
+      if (tb)
+        line("pl_ldmatrix_x2(fb[" + tn + "], " + btile + " + (pl_n0 + " + tn + " * 8 + l8) * " + std::to_string(b_ld) +
+             " + kk * 16 + (q & 1) * 8);");
+      else
+        line("pl_ldmatrix_x2_trans(fb[" + tn + "], " + btile + " + (kk * 16 + (q & 1) * 8 + l8) * " +
+             std::to_string(b_ld) + " + pl_n0 + " + tn + " * 8);");
+    }
+  }
+  line("#pragma unroll");
+  open("for (int tm = 0; tm < " + std::to_string(TM) + "; ++tm)");
+  line("#pragma unroll");
+  line("for (int tn = 0; tn < " + std::to_string(TN) + "; ++tn) " + mma + "(&" + name(r) + "[(tm * " +
+       std::to_string(TN) + " + tn) * 4], fa[tm], fb[tn]);");
+  close();
+  close();
+  close();
+  // The staged tiles are free again once every warp is done (homes are guarded where refilled).
+  if (a_stage + b_stage > 0) barrier();
+}
+
+}  // namespace palladium::cuda

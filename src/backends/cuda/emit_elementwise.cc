@@ -1,0 +1,167 @@
+// Leaves and elementwise ops: every operand has the result's shape, hence its layout, so each
+// thread computes its own slots with no data movement. Semantics follow the interpreter
+// (eval_elementwise.cc); device/cuda/pl_math.h holds the helpers named here.
+#include "backends/cuda/emitter.h"
+
+namespace palladium::cuda {
+namespace {
+
+bool is_f32_or_narrower(DType t) { return t == DType::float32 || t == DType::float16 || t == DType::bfloat16; }
+
+std::string call(const std::string& f, const std::string& a) { return f + "(" + a + ")"; }
+std::string call(const std::string& f, const std::string& a, const std::string& b) {
+  return f + "(" + a + ", " + b + ")";
+}
+
+std::string float_unary(ir::Op op, bool single, const std::string& a) {
+  const std::string f = single ? "f" : "";
+  switch (op) {
+    case ir::Op::Neg: return "-" + a;
+    case ir::Op::Abs: return call("fabs" + f, a);
+    case ir::Op::Exp: return call("exp" + f, a);
+    case ir::Op::Exp2: return call("exp2" + f, a);
+    case ir::Op::Log: return call("log" + f, a);
+    case ir::Op::Log2: return call("log2" + f, a);
+    case ir::Op::Log1p: return call("log1p" + f, a);
+    case ir::Op::Sqrt: return call("sqrt" + f, a);
+    case ir::Op::Rsqrt: return call("pl_rsqrt", a);
+    case ir::Op::Sin: return call("sin" + f, a);
+    case ir::Op::Cos: return call("cos" + f, a);
+    case ir::Op::Tanh: return call("tanh" + f, a);
+    case ir::Op::Logistic: return call("pl_logistic", a);
+    case ir::Op::Erf: return call("erf" + f, a);
+    case ir::Op::Floor: return call("floor" + f, a);
+    case ir::Op::Ceil: return call("ceil" + f, a);
+    default: return "";
+  }
+}
+
+std::string float_binary(ir::Op op, bool single, const std::string& a, const std::string& b) {
+  const std::string f = single ? "f" : "";
+  switch (op) {
+    case ir::Op::Add: return a + " + " + b;
+    case ir::Op::Sub: return a + " - " + b;
+    case ir::Op::Mul: return a + " * " + b;
+    case ir::Op::Div: return a + " / " + b;
+    case ir::Op::Rem: return call("fmod" + f, a, b);
+    case ir::Op::Pow: return call("pow" + f, a, b);
+    case ir::Op::Max: return call("pl_max", a, b);
+    case ir::Op::Min: return call("pl_min", a, b);
+    default: return "";
+  }
+}
+
+std::string int_binary(ir::Op op, DType t, const std::string& a, const std::string& b) {
+  const std::string T = Emitter::reg_type(t);
+  const bool boolean = t == DType::bool_;
+  switch (op) {
+    case ir::Op::Add: return call("pl_wadd<" + T + ">", a, b);
+    case ir::Op::Sub: return call("pl_wsub<" + T + ">", a, b);
+    case ir::Op::Mul: return call("pl_wmul<" + T + ">", a, b);
+    case ir::Op::Div: return call("pl_idiv<" + T + ">", a, b);
+    case ir::Op::Rem: return call("pl_irem<" + T + ">", a, b);
+    case ir::Op::Max: return call("pl_max<" + T + ">", a, b);
+    case ir::Op::Min: return call("pl_min<" + T + ">", a, b);
+    case ir::Op::And: return boolean ? "(" + a + " && " + b + ")" : "(" + T + ")(" + a + " & " + b + ")";
+    case ir::Op::Or: return boolean ? "(" + a + " || " + b + ")" : "(" + T + ")(" + a + " | " + b + ")";
+    case ir::Op::Xor: return boolean ? "(" + a + " != " + b + ")" : "(" + T + ")(" + a + " ^ " + b + ")";
+    default: return "";
+  }
+}
+
+std::string compare(ir::Op op, const std::string& a, const std::string& b) {
+  const char* sym = op == ir::Op::Eq ? "==" : op == ir::Op::Ne ? "!=" : op == ir::Op::Lt ? "<"
+                    : op == ir::Op::Le ? "<=" : op == ir::Op::Gt ? ">" : ">=";
+  return "(" + a + " " + sym + " " + b + ")";
+}
+
+}  // namespace
+
+void Emitter::emit_leaf(const ir::Inst& in) {
+  const ir::ValueId r = in.results[0];
+  const ir::Type& t = type(r);
+  const Layout& l = layout_of(r);
+  declare(r);
+  std::string value;
+  switch (in.op) {
+    case ir::Op::Const: value = literal(t.dtype, in.f, in.i0); break;
+    case ir::Op::ProgramId: value = "pl_pid" + std::to_string(in.i0); break;
+    case ir::Op::NumPrograms: value = std::to_string(k_.grid.at(static_cast<size_t>(in.i0))); break;
+    case ir::Op::Iota: {
+      value = "(" + reg_type(t.dtype) + ")" + coord(l, static_cast<size_t>(in.i0));
+      if (!round_fn(t.dtype).empty()) value = round_fn(t.dtype) + "(" + value + ")";
+      break;
+    }
+    default: unsupported(in, "has no rule for this leaf op");
+  }
+  open_slots(l);
+  line(at(r) + " = " + value + ";");
+  close();
+}
+
+// The C++ expression of an elementwise op over operand expressions `a` (one per operand).
+std::string Emitter::elementwise_expr(const ir::Inst& in, const std::vector<std::string>& a) const {
+  const DType rt = type(in.results[0]).dtype;
+  const DType ot = type(in.operands[0]).dtype;
+  std::string e;
+  bool needs_round = false;  // 16-bit float results round after the float32 computation
+  switch (ir::op_family(in.op)) {
+    case ir::Family::Unary:
+      if (is_float(ot)) {
+        e = float_unary(in.op, is_f32_or_narrower(ot), a[0]);
+        needs_round = true;
+      } else if (in.op == ir::Op::Not) {
+        e = ot == DType::bool_ ? "!" + a[0] : "(" + reg_type(ot) + ")~" + a[0];
+      } else if (in.op == ir::Op::Neg) {
+        e = call("pl_wneg<" + reg_type(ot) + ">", a[0]);
+      } else if (in.op == ir::Op::Abs) {
+        e = call("pl_wabs<" + reg_type(ot) + ">", a[0]);
+      }
+      break;
+    case ir::Family::Binary:
+      if (is_float(ot)) {
+        e = float_binary(in.op, is_f32_or_narrower(ot), a[0], a[1]);
+        needs_round = true;
+      } else {
+        e = int_binary(in.op, ot, a[0], a[1]);
+      }
+      break;
+    case ir::Family::Compare: e = compare(in.op, a[0], a[1]); break;
+    case ir::Family::Select: e = "(" + a[0] + " ? " + a[1] + " : " + a[2] + ")"; break;
+    case ir::Family::Cast:
+      if (rt == DType::bool_) {
+        e = "(" + a[0] + " != 0)";
+      } else if (is_float(rt)) {
+        if (!round_fn(rt).empty()) {
+          // Straight to the 16-bit type from the source (double or 64-bit integers keep one rounding).
+          const bool wide = ot == DType::float64 || ot == DType::int64;
+          e = round_fn(rt) + "(" + std::string(wide ? "(double)" : "(float)") + a[0] + ")";
+        } else {
+          e = "(" + reg_type(rt) + ")" + a[0];
+        }
+      } else if (is_float(ot)) {
+        e = call("pl_f2i<" + reg_type(rt) + ">", a[0]);
+      } else {
+        e = "(" + reg_type(rt) + ")" + a[0];
+      }
+      break;
+    default: break;
+  }
+  if (e.empty()) unsupported(in, std::string("has no rule for ") + dtype_name(ot) + " operands");
+  if (needs_round && !round_fn(rt).empty()) e = round_fn(rt) + "(" + e + ")";
+  return e;
+}
+
+void Emitter::emit_elementwise(const ir::Inst& in) {
+  const ir::ValueId r = in.results[0];
+  if (alias_of.count(r)) return;  // an add folded into its dot's accumulator (emit_dot.cc)
+  std::vector<std::string> a;
+  for (ir::ValueId v : in.operands) a.push_back(at(v));
+  const std::string e = elementwise_expr(in, a);
+  declare(r);
+  open_slots(layout_of(r));
+  line(at(r) + " = " + e + ";");
+  close();
+}
+
+}  // namespace palladium::cuda

@@ -1,0 +1,463 @@
+// The CUDA emitter's driver: the kernel's signature, program-id decoding from the launch grid,
+// scratch acquisition, the shared helpers, and structured control flow.
+#include <cmath>
+#include <cstring>
+#include <iomanip>
+
+#include "backends/cuda/emitter.h"
+#include "palladium/error.h"
+
+namespace palladium::cuda {
+
+std::string Target::arch_flag() const {
+  return "sm_" + std::to_string(sm) + (arch_specific && sm >= 90 ? "a" : "");
+}
+
+Target target_for(int major, int minor) {
+  Target t;
+  t.sm = major * 10 + minor;
+  t.arch_specific = t.sm == 90 || t.sm == 100;
+  // Opt-in shared memory per block by generation (bytes).
+  if (t.sm >= 90) t.max_shared_bytes = 227 * 1024;
+  else if (t.sm == 80 || t.sm == 87) t.max_shared_bytes = 163 * 1024;
+  else if (t.sm >= 86) t.max_shared_bytes = 99 * 1024;
+  else if (t.sm >= 70) t.max_shared_bytes = 96 * 1024;
+  else t.max_shared_bytes = 48 * 1024;
+  return t;
+}
+
+Emitter::Emitter(const ir::Kernel& k, const CompilerParams& params, const Target& target)
+    : k_(k), params_(params), target_(target) {}
+
+// ---------------------------------------------------------------- helpers
+
+std::string Emitter::reg_type(DType t) {
+  switch (t) {
+    case DType::bool_: return "bool";
+    case DType::int8: return "pl_i8";
+    case DType::int16: return "pl_i16";
+    case DType::int32: return "pl_i32";
+    case DType::int64: return "pl_i64";
+    case DType::uint8: return "pl_u8";
+    case DType::uint32: return "pl_u32";
+    case DType::float16: case DType::bfloat16: case DType::float32: return "float";
+    case DType::float64: return "double";
+  }
+  return "float";
+}
+
+std::string Emitter::mem_type(DType t) {
+  switch (t) {
+    case DType::bool_: return "pl_u8";
+    case DType::float16: case DType::bfloat16: return "pl_u16";
+    default: return reg_type(t);
+  }
+}
+
+int Emitter::reg_size(DType t) {
+  switch (t) {
+    case DType::bool_: case DType::int8: case DType::uint8: return 1;
+    case DType::int16: return 2;
+    case DType::int64: case DType::float64: return 8;
+    default: return 4;
+  }
+}
+
+std::string Emitter::name(ir::ValueId v) const {
+  if (auto it = name_override_.find(v); it != name_override_.end()) return it->second;
+  if (auto it = alias_of.find(v); it != alias_of.end()) return name(it->second);
+  return "v" + std::to_string(v);
+}
+
+void Emitter::line(const std::string& s) { body_ << std::string(static_cast<size_t>(indent_) * 2, ' ') << s << "\n"; }
+void Emitter::open(const std::string& s) {
+  line(s + " {");
+  ++indent_;
+}
+void Emitter::close(const std::string& s) {
+  --indent_;
+  line(s);
+}
+void Emitter::barrier() { line("__syncthreads();"); }
+
+void Emitter::declare(ir::ValueId v) {
+  if (skip_registers.count(v)) return;
+  const ir::Type& t = type(v);
+  const Layout& l = layout_of(v);
+  if (l.registers()) {
+    line(reg_type(t.dtype) + " " + name(v) + "[" + std::to_string(l.slots) + "];");
+  } else {
+    line(reg_type(t.dtype) + "* " + name(v) + " = " +
+         scratch_ptr(scratch_offset_.at(static_cast<size_t>(v)), reg_type(t.dtype)) + ";");
+  }
+}
+
+std::string Emitter::scratch_ptr(int64_t offset, const std::string& type) const {
+  return "((" + type + "*)(pl_scratch + " + std::to_string(offset) + "))";
+}
+
+void Emitter::open_slots(const Layout& l) {
+  if (l.registers()) {
+    line("#pragma unroll");
+    open("for (int s = 0; s < " + std::to_string(l.slots) + "; ++s)");
+  } else {
+    open("for (int s = pl_tid(); s < " + std::to_string(l.numel) + "; s += " + std::to_string(threads_) + ")");
+  }
+}
+
+std::string Emitter::at(ir::ValueId v) const { return name(v) + "[s]"; }
+
+std::string Emitter::elem(const Layout& l) const { return l.registers() ? "pl_L" + std::to_string(l.id) + "_elem(s)" : "s"; }
+
+std::string Emitter::coord(const Layout& l, size_t dim) const {
+  if (l.kind == LayoutKind::Mma) return "pl_L" + std::to_string(l.id) + (dim == 0 ? "_row(s)" : "_col(s)");
+  if (l.kind == LayoutKind::RowSlice) return dim == 0 ? "pl_L" + std::to_string(l.id) + "_row(s)" : "0";
+  int64_t inner = 1;
+  for (size_t d = dim + 1; d < l.shape.size(); ++d) inner *= l.shape[d];
+  std::string e = elem(l);
+  if (inner > 1) e = "(" + e + " / " + std::to_string(inner) + ")";
+  if (dim > 0) e = "(" + e + " % " + std::to_string(l.shape[dim]) + ")";
+  return e;
+}
+
+std::string Emitter::valid(const Layout& l) const {
+  if (l.kind == LayoutKind::Strided && !l.all_slots_valid) return "pl_L" + std::to_string(l.id) + "_elem(s) < " + std::to_string(l.numel);
+  return "";
+}
+
+std::string Emitter::owner(const Layout& l) const {
+  switch (l.kind) {
+    case LayoutKind::Replicated: return "pl_tid() == 0";
+    case LayoutKind::RowSlice: return "(pl_lane() & 3) == 0";
+    default: {
+      std::string v = valid(l);
+      return v.empty() ? "true" : v;
+    }
+  }
+}
+
+std::string Emitter::stage_space(int64_t bytes, const std::string& type, int64_t offset) {
+  if (smem_homes_bytes_ + offset + bytes <= target_.max_shared_bytes - kSharedReserve) {
+    smem_stage_bytes_ = std::max(smem_stage_bytes_, offset + bytes);
+    return "((" + type + "*)(pl_stage_s + " + std::to_string(offset) + "))";
+  }
+  global_stage_bytes_ = std::max(global_stage_bytes_, offset + bytes);
+  return "((" + type + "*)(pl_stage_g + " + std::to_string(offset) + "))";
+}
+
+int64_t Emitter::staged_bytes(ir::ValueId v) const {
+  if (!layout_of(v).registers()) return 0;
+  return (numel(type(v).shape) * reg_size(type(v).dtype) + 15) / 16 * 16;
+}
+
+std::string Emitter::stage_value(ir::ValueId v, int64_t offset) {
+  const Layout& l = layout_of(v);
+  const std::string t = reg_type(type(v).dtype);
+  if (!l.registers()) return name(v);
+  const std::string buf = stage_space(staged_bytes(v), t, offset);
+  open_slots(l);
+  line("if (" + owner(l) + ") " + buf + "[" + elem(l) + "] = " + at(v) + ";");
+  close();
+  return buf;
+}
+
+std::string Emitter::literal(DType t, double f, int64_t i) const {
+  switch (t) {
+    case DType::bool_: return i ? "true" : "false";
+    case DType::float16: case DType::bfloat16: case DType::float32: {
+      const float x = static_cast<float>(f);
+      if (std::isfinite(x) && x == std::floor(x) && std::fabs(x) < 1e7f) {
+        std::ostringstream os;
+        os << static_cast<int64_t>(x) << ".0f";
+        return os.str();
+      }
+      uint32_t bits;
+      std::memcpy(&bits, &x, 4);
+      std::ostringstream os;
+      os << "__int_as_float(0x" << std::hex << bits << ")";
+      return os.str();
+    }
+    case DType::float64: {
+      uint64_t bits;
+      std::memcpy(&bits, &f, 8);
+      std::ostringstream os;
+      os << "__longlong_as_double(0x" << std::hex << bits << "ll)";
+      return os.str();
+    }
+    case DType::int64: return "(pl_i64)" + std::to_string(i) + "ll";
+    case DType::uint32: return "(pl_u32)" + std::to_string(static_cast<uint32_t>(i)) + "u";
+    default: return "(" + reg_type(t) + ")" + std::to_string(i);
+  }
+}
+
+std::string Emitter::round_fn(DType t) const {
+  if (t == DType::bfloat16) return "pl_round_bf16";
+  if (t == DType::float16) return "pl_round_f16";
+  return "";
+}
+
+void Emitter::unsupported(const ir::Inst& in, const std::string& why) const {
+  throw Error("pallas_call '" + k_.name + "', op '" + ir::op_name(in.op) + "': the cuda backend " + why);
+}
+
+// ---------------------------------------------------------------- regions and control flow
+
+void Emitter::emit_region(const ir::Region& r) {
+  for (const ir::Inst& in : r.body)
+    if (in.op != ir::Op::Yield) emit_inst(in);
+}
+
+static const ir::Inst& yield_of(const ir::Region& r) { return r.body.back(); }
+
+void Emitter::emit_inst(const ir::Inst& in) {
+  emit_inst_body(in);
+  // Loop-invariant dot operands computed in registers are copied to their shared home once.
+  for (ir::ValueId r : in.results)
+    if (smem_home.count(r) && !skip_registers.count(r)) emit_home_store(r);
+}
+
+void Emitter::emit_inst_body(const ir::Inst& in) {
+  switch (ir::op_family(in.op)) {
+    case ir::Family::Leaf: emit_leaf(in); return;
+    case ir::Family::Unary: case ir::Family::Binary: case ir::Family::Compare: case ir::Family::Select:
+    case ir::Family::Cast: emit_elementwise(in); return;
+    case ir::Family::Layout:
+      if (in.op == ir::Op::Broadcast) emit_broadcast(in);
+      else if (in.op == ir::Op::Reshape) emit_reshape(in);
+      else emit_transpose(in);
+      return;
+    case ir::Family::Reduce: emit_reduce(in); return;
+    case ir::Family::Scan: emit_cumsum(in); return;
+    case ir::Family::Dot: emit_dot(in); return;
+    case ir::Family::Memory: emit_memory(in); return;
+    case ir::Family::Control: emit_control(in); return;
+    case ir::Family::Effect: emit_debug_print(in); return;
+  }
+}
+
+void Emitter::emit_control(const ir::Inst& in) {
+  // Copies yielded values into the carries; through temporaries when a carry is yielded into
+  // another carry's slot (a swap would otherwise read an overwritten value).
+  auto assign_yield = [&](const ir::Inst& y, const std::vector<ir::ValueId>& dst) {
+    bool via_temp = false;
+    for (ir::ValueId v : y.operands)
+      for (ir::ValueId d : dst) via_temp = via_temp || name(v) == name(d);
+    std::vector<std::string> src;
+    for (size_t i = 0; i < y.operands.size(); ++i) {
+      ir::ValueId v = y.operands[i];
+      if (name(v) == name(dst[i])) { src.push_back(""); continue; }
+      const Layout& l = layout_of(v);
+      std::string from = name(v);
+      if (via_temp) {
+        from = "pl_tmp" + std::to_string(i);
+        if (l.registers()) {
+          line(reg_type(type(v).dtype) + " " + from + "[" + std::to_string(l.slots) + "];");
+        } else {
+          unsupported(in, "cannot swap loop carries that live in scratch memory");
+        }
+        open_slots(l);
+        line(from + "[s] = " + at(v) + ";");
+        close();
+      }
+      src.push_back(from);
+    }
+    for (size_t i = 0; i < dst.size(); ++i) {
+      if (src[i].empty()) continue;
+      open_slots(layout_of(dst[i]));
+      line(at(dst[i]) + " = " + src[i] + "[s];");
+      close();
+    }
+  };
+  auto init_results = [&](size_t first_operand) {
+    for (size_t r = 0; r < in.results.size(); ++r) {
+      declare(in.results[r]);
+      const ir::ValueId init = in.operands[first_operand + r];
+      open_slots(layout_of(in.results[r]));
+      line(at(in.results[r]) + " = " + at(init) + ";");
+      close();
+    }
+  };
+
+  if (in.op == ir::Op::For) {
+    init_results(2);
+    const ir::Region& body = in.regions[0];
+    for (size_t r = 0; r < in.results.size(); ++r) name_override_[body.args[1 + r]] = name(in.results[r]);
+    emit_loop_prologue(in);
+    const std::string it = reg_type(type(body.args[0]).dtype);
+    const std::string idx = "pl_i" + std::to_string(body.args[0]);
+    open("for (" + it + " " + idx + " = " + name(in.operands[0]) + "[0]; " + idx + " < " + name(in.operands[1]) +
+         "[0]; ++" + idx + ")");
+    line("const " + it + " " + name(body.args[0]) + "[1] = {" + idx + "};");
+    emit_region(body);
+    assign_yield(yield_of(body), in.results);
+    close();
+  } else if (in.op == ir::Op::While) {
+    init_results(0);
+    const ir::Region& cond = in.regions[0];
+    const ir::Region& body = in.regions[1];
+    for (size_t r = 0; r < in.results.size(); ++r) {
+      name_override_[cond.args[r]] = name(in.results[r]);
+      name_override_[body.args[r]] = name(in.results[r]);
+    }
+    open("while (true)");
+    emit_region(cond);
+    line("if (!" + name(yield_of(cond).operands[0]) + "[0]) break;");
+    emit_region(body);
+    assign_yield(yield_of(body), in.results);
+    close();
+  } else if (in.op == ir::Op::If) {
+    for (ir::ValueId r : in.results) declare(r);
+    open("if (" + name(in.operands[0]) + "[0])");
+    emit_region(in.regions[0]);
+    assign_yield(yield_of(in.regions[0]), in.results);
+    close("} else {");
+    ++indent_;
+    emit_region(in.regions[1]);
+    assign_yield(yield_of(in.regions[1]), in.results);
+    close();
+  } else {
+    unsupported(in, "has no rule for this control op");
+  }
+}
+
+// ---------------------------------------------------------------- the kernel
+
+static std::string sanitize(const std::string& s) {
+  std::string out;
+  for (char c : s) out += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  return out.empty() ? "kernel" : out;
+}
+
+GeneratedKernel Emitter::run() {
+  plan();
+  // Refs whose memory ops need barriers between them: loaded or updated atomically as well as
+  // written, or written from tiles of different layouts.
+  std::map<int, std::set<Shape>> store_shapes;
+  std::map<int, bool> reads, writes;
+  std::function<void(const ir::Region&)> scan = [&](const ir::Region& r) {
+    for (const ir::Inst& in : r.body) {
+      if (ir::op_family(in.op) == ir::Family::Memory) {
+        const int ref = static_cast<int>(in.i0);
+        if (in.op == ir::Op::Store) {
+          writes[ref] = true;
+          store_shapes[ref].insert(type(in.operands[in.index.size()]).shape);
+        } else if (in.op == ir::Op::Load) {
+          reads[ref] = true;
+        } else {
+          reads[ref] = writes[ref] = true;
+        }
+      }
+      for (const ir::Region& sub : in.regions) scan(sub);
+    }
+  };
+  scan(k_.body);
+  for (const auto& [ref, w] : writes)
+    if (w && (reads[ref] || store_shapes[ref].size() > 1)) outputs_loaded_.insert(ref);
+
+  emit_region(k_.body);
+
+  GeneratedKernel g;
+  g.entry = "pl_" + sanitize(k_.name);
+  g.threads = threads_;
+  g.num_programs = numel(k_.grid);
+  g.shared_bytes = smem_homes_bytes_ + smem_stage_bytes_;
+  g.scratch_bytes = global_stage_offset_ + global_stage_bytes_;
+
+  std::ostringstream src;
+  src << "// Generated by Palladium's CUDA backend from pallas_call '" << k_.name << "'.\n";
+  src << "#include \"cuda/palladium.h\"\n\n";
+  // Layout helpers: which element each slot of each thread holds.
+  for (const Layout& l : layouts_) {
+    const std::string p = "PL_DEVICE int pl_L" + std::to_string(l.id);
+    src << "// layout " << l.id << ": " << shape_str(l.shape) << " ";
+    switch (l.kind) {
+      case LayoutKind::Replicated:
+        src << "replicated\n" << p << "_elem(int) { return 0; }\n";
+        break;
+      case LayoutKind::Strided:
+        src << "strided, " << l.slots << " slots of " << l.vec << "-element groups\n"
+            << p << "_elem(int s) { return ((s / " << l.vec << ") * " << threads_ << " + pl_tid()) * " << l.vec
+            << " + s % " << l.vec << "; }\n";
+        break;
+      case LayoutKind::Mma: {
+        const int64_t wr = l.shape[0] / l.warps_m, wc = l.shape[1] / l.warps_n;
+        src << "mma accumulators, warps " << l.warps_m << "x" << l.warps_n << ", tiles " << l.tiles_m << "x"
+            << l.tiles_n << "\n"
+            << p << "_row(int s) { return (pl_warp() / " << l.warps_n << ") * " << wr << " + ((s >> 2) / "
+            << l.tiles_n << ") * 16 + (pl_lane() >> 2) + ((s >> 1) & 1) * 8; }\n"
+            << p << "_col(int s) { return (pl_warp() % " << l.warps_n << ") * " << wc << " + ((s >> 2) % "
+            << l.tiles_n << ") * 8 + (pl_lane() & 3) * 2 + (s & 1); }\n"
+            << p << "_elem(int s) { return pl_L" << l.id << "_row(s) * " << l.shape[1] << " + pl_L" << l.id
+            << "_col(s); }\n";
+        break;
+      }
+      case LayoutKind::RowSlice:
+        src << "rows of mma accumulators, warps " << l.warps_m << "\n"
+            << p << "_row(int s) { return pl_warp() * " << l.shape[0] / l.warps_m
+            << " + (s >> 1) * 16 + (pl_lane() >> 2) + (s & 1) * 8; }\n"
+            << p << "_elem(int s) { return pl_L" << l.id << "_row(s); }\n";
+        break;
+      case LayoutKind::Memory:
+        src << "global scratch\n";
+        break;
+    }
+  }
+  src << "\nextern \"C\" __global__ void __launch_bounds__(" << threads_ << ") " << g.entry << "(";
+  for (size_t i = 0; i < k_.refs.size(); ++i) {
+    const ir::RefParam& p = k_.refs[i];
+    src << (i ? ",\n    " : "\n    ") << (p.is_output ? "" : "const ") << mem_type(p.dtype) << "* "
+        << (p.is_output ? "" : "__restrict__ ") << "pl_ref" << i;
+  }
+  src << (k_.refs.empty() ? "\n    " : ",\n    ")
+      << "unsigned char* pl_scratch_base, unsigned long long pl_scratch_stride, unsigned* pl_slot_flags, "
+         "int pl_num_slots"
+      << (debug_prints_.empty() ? "" : ", unsigned char* pl_debug") << ") {\n";
+  src << "  extern __shared__ __align__(128) unsigned char pl_smem[];\n";
+  src << "  const long long pl_linear = (long long)blockIdx.x + (long long)blockIdx.y * gridDim.x;\n";
+  src << "  if (pl_linear >= " << g.num_programs << "ll) return;\n";
+  // Program ids: row-major over the grid, the last axis fastest.
+  src << "  long long pl_rest = pl_linear;\n";
+  for (size_t d = k_.grid.size(); d-- > 0;) {
+    src << "  const int pl_pid" << d << " = (int)(pl_rest % " << k_.grid[d] << "ll);\n";
+    if (d > 0) src << "  pl_rest /= " << k_.grid[d] << "ll;\n";
+  }
+  src << "  (void)pl_rest;\n";
+  if (g.scratch_bytes > 0) {
+    // Scratch per program, or per resident block when the grid outnumbers the slots: a block
+    // takes a free slot and frees it at its end (there are as many slots as resident blocks).
+    src << "  __shared__ int pl_slot;\n"
+           "  if (pl_num_slots >= "
+        << g.num_programs
+        << "ll) {\n"
+           "    if (pl_tid() == 0) pl_slot = (int)pl_linear;\n"
+           "  } else if (pl_tid() == 0) {\n"
+           "    for (int t = (int)(pl_linear % pl_num_slots);; t = (t + 1) % pl_num_slots)\n"
+           "      if (atomicCAS(&pl_slot_flags[t], 0u, 1u) == 0u) { pl_slot = t; break; }\n"
+           "  }\n"
+           "  __syncthreads();\n"
+           "  unsigned char* pl_scratch = pl_scratch_base + (unsigned long long)pl_slot * pl_scratch_stride;\n";
+  } else {
+    src << "  unsigned char* pl_scratch = pl_scratch_base;\n";
+  }
+  src << "  unsigned char* pl_stage_s = pl_smem + " << smem_homes_bytes_ << ";\n";
+  src << "  unsigned char* pl_stage_g = pl_scratch + " << global_stage_offset_ << ";\n";
+  src << "  (void)pl_stage_s; (void)pl_stage_g; (void)pl_scratch_stride; (void)pl_slot_flags;\n";
+  if (!debug_prints_.empty()) src << "  unsigned pl_debug_seq = 0;\n";
+  src << body_.str();
+  if (g.scratch_bytes > 0) {
+    src << "  __syncthreads();\n"
+           "  if (pl_tid() == 0 && pl_num_slots < "
+        << g.num_programs << "ll) { __threadfence(); atomicExch(&pl_slot_flags[pl_slot], 0u); }\n";
+  }
+  src << "}\n";
+  g.source = src.str();
+  g.prints = debug_prints_;
+  return g;
+}
+
+GeneratedKernel generate_cuda(const ir::Kernel& kernel, const CompilerParams& params, const Target& target) {
+  Emitter e(kernel, params, target);
+  return e.run();
+}
+
+}  // namespace palladium::cuda

@@ -1,0 +1,272 @@
+// Loads, stores and atomics on ref blocks. Each slot computes its element's position in the
+// block (index starts + coordinate * stride), adds the block origin (from the index_map), and
+// checks it against the array: padding reads yield 0 (or `other` where masked off), padding
+// writes are dropped, as the interpreter's edge-block rule says.
+#include "backends/cuda/emitter.h"
+
+namespace palladium::cuda {
+namespace {
+
+std::string to_register(DType t, const std::string& mem) {
+  switch (t) {
+    case DType::bool_: return "(" + mem + " != 0)";
+    case DType::float16: return "pl_f16_to_f(" + mem + ")";
+    case DType::bfloat16: return "pl_bf16_to_f(" + mem + ")";
+    default: return mem;
+  }
+}
+
+std::string to_memory(DType t, const std::string& reg) {
+  switch (t) {
+    case DType::bool_: return "(pl_u8)(" + reg + " ? 1 : 0)";
+    case DType::float16: return "pl_f_to_f16(" + reg + ")";
+    case DType::bfloat16: return "pl_f_to_bf16(" + reg + ")";
+    default: return reg;
+  }
+}
+
+std::vector<int64_t> strides_of(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * s[d];
+  return st;
+}
+
+// Where one element of an access lands: per array dimension its global index expression,
+// the bounds condition and the flat offset. `coord(j)` gives the value's coordinate j.
+struct Address {
+  std::vector<std::string> lines;  // declarations, inside the slot loop
+  std::string in_bounds;           // condition
+  std::string offset;              // flat element offset into the array
+};
+
+}  // namespace
+
+static Address address_of(const Emitter& e, const ir::Inst& in, const std::function<std::string(size_t)>& coord) {
+  const ir::RefParam& p = e.k_.refs.at(static_cast<size_t>(in.i0));
+  const std::vector<int64_t> astride = strides_of(p.array_shape);
+  const bool wide = numel(p.array_shape) > (int64_t{1} << 31) - 1;
+  const std::string it = wide ? "long long" : "int";
+  Address a;
+  std::vector<std::string> global(p.array_shape.size());
+  size_t ref_dim = 0, value_dim = 0;
+  for (size_t ad = 0; ad < p.array_shape.size(); ++ad) {
+    const std::string origin = e.name(p.origin[ad]) + "[0]";
+    if (p.squeezed[ad]) {
+      global[ad] = "(" + it + ")" + origin;
+      continue;
+    }
+    const ir::IndexEntry& ix = in.index[ref_dim];
+    std::string local = e.name(in.operands[ref_dim]) + "[0]";
+    if (!ix.scalar) {
+      std::string c = coord(value_dim++);
+      if (ix.stride != 1) c = "(" + c + ") * " + std::to_string(ix.stride);
+      local = local + " + " + c;
+    }
+    global[ad] = "(" + it + ")" + origin + " + (" + local + ")";
+    ++ref_dim;
+  }
+  std::string off;
+  for (size_t ad = 0; ad < global.size(); ++ad) {
+    const std::string g = "pl_g" + std::to_string(ad);
+    a.lines.push_back("const " + it + " " + g + " = " + global[ad] + ";");
+    a.in_bounds += (a.in_bounds.empty() ? "" : " && ") + g + " >= 0 && " + g + " < " + std::to_string(p.array_shape[ad]);
+    off += (off.empty() ? "" : " + ") + (astride[ad] == 1 ? g : g + " * " + std::to_string(astride[ad]));
+  }
+  a.in_bounds = a.in_bounds.empty() ? "true" : a.in_bounds;
+  a.offset = off.empty() ? "0" : off;
+  return a;
+}
+
+void Emitter::emit_memory(const ir::Inst& in) {
+  const int ref = static_cast<int>(in.i0);
+  const ir::RefParam& p = k_.refs.at(static_cast<size_t>(ref));
+  const size_t rank = in.index.size();
+  size_t next = rank;
+  const ir::ValueId value = in.op == ir::Op::Load ? -1 : in.operands[next++];
+  const ir::ValueId mask = (in.i1 & ir::kHasMask) ? in.operands[next++] : -1;
+  const ir::ValueId other = (in.i1 & ir::kHasOther) ? in.operands[next++] : -1;
+  if (outputs_loaded_.count(ref)) barrier();  // order this access after other threads' earlier ones
+
+  if (in.op == ir::Op::Load && skip_registers.count(in.results[0])) {
+    emit_smem_load(in, smem_home.at(in.results[0]));
+    return;
+  }
+  const ir::ValueId shaped = in.op == ir::Op::Store ? value : in.results[0];
+  const Layout& l = layout_of(shaped);
+  const std::string ptr = "pl_ref" + std::to_string(ref);
+  if (in.op != ir::Op::Store) declare(in.results[0]);
+  open_slots(l);
+  const std::string v = valid(l);
+  if (!v.empty()) line("if (!(" + v + ")) continue;");
+  Address a = address_of(*this, in, [&](size_t j) { return coord(l, j); });
+  for (const std::string& s : a.lines) line(s);
+  std::string ok = a.in_bounds;
+  if (mask >= 0) ok = at(mask) + " && " + ok;
+  const DType t = p.dtype;
+  if (in.op == ir::Op::Load) {
+    const std::string fallback = other >= 0 ? at(other) : "(" + reg_type(t) + ")0";
+    line(at(in.results[0]) + " = (" + ok + ") ? " + to_register(t, ptr + "[" + a.offset + "]") + " : " + fallback + ";");
+  } else if (in.op == ir::Op::Store) {
+    if (l.replicated) ok = owner(l) + " && " + ok;
+    line("if (" + ok + ") " + ptr + "[" + a.offset + "] = " + to_memory(t, at(value)) + ";");
+  } else {
+    if (l.replicated) ok = owner(l) + " && " + ok;
+    const char* fn = in.op == ir::Op::AtomicAdd ? "pl_atomic_add" : in.op == ir::Op::AtomicMax ? "pl_atomic_max" : "pl_atomic_min";
+    line(at(in.results[0]) + " = (" + ok + ") ? " + fn + "(&" + ptr + "[" + a.offset + "], " + at(value) + ") : (" +
+         reg_type(t) + ")0;");
+  }
+  close();
+  // Atomics on a tile several threads hold: only the owner updated memory; share its old values.
+  if (in.op != ir::Op::Load && in.op != ir::Op::Store && l.replicated && uses(in.results[0]) > 0) {
+    const std::string buf = stage_value(in.results[0]);
+    barrier();
+    open_slots(l);
+    line(at(in.results[0]) + " = " + buf + "[" + elem(l) + "];");
+    close();
+    barrier();
+  }
+}
+
+// A 16-bit tile loaded straight into its shared-memory home: 16-byte chunks through cp.async
+// where the row is contiguous, aligned and in bounds, element by element (zero padding) elsewhere.
+void Emitter::emit_home_fill(const ir::Inst& in, const SmemTile& tile, const std::string& home) {
+  const ir::RefParam& p = k_.refs.at(static_cast<size_t>(in.i0));
+  const int64_t rows = tile.rows, cols = tile.cols;
+  // Is the value's dimension 1 the array's innermost dimension, with unit stride?
+  size_t ref_dim = 0, value_dim = 0, array_of_value1 = SIZE_MAX;
+  for (size_t ad = 0; ad < p.array_shape.size(); ++ad) {
+    if (p.squeezed[ad]) continue;
+    if (!in.index[ref_dim].scalar) {
+      if (value_dim == 1 && in.index[ref_dim].stride == 1) array_of_value1 = ad;
+      ++value_dim;
+    }
+    ++ref_dim;
+  }
+  const bool contiguous = array_of_value1 == p.array_shape.size() - 1 && cols % 8 == 0;
+  const std::string ptr = "pl_ref" + std::to_string(in.i0);
+  if (contiguous) {
+    const int64_t chunks = rows * cols / 8;
+    open("for (int q = pl_tid(); q < " + std::to_string(chunks) + "; q += " + std::to_string(threads_) + ")");
+    line("const int r = q / " + std::to_string(cols / 8) + ", c = (q % " + std::to_string(cols / 8) + ") * 8;");
+    Address a = address_of(*this, in, [](size_t j) { return j == 0 ? std::string("r") : std::string("c"); });
+    for (const std::string& s : a.lines) line(s);
+    const std::string last = "pl_g" + std::to_string(p.array_shape.size() - 1);
+    line("pl_u16* dst = " + home + " + r * " + std::to_string(tile.row_stride()) + " + c;");
+    line("const long long off = " + a.offset + ";");
+    open("if ((" + a.in_bounds + ") && " + last + " + 7 < " + std::to_string(p.array_shape.back()) + " && (off & 7) == 0)");
+    line("pl_cp_async16(dst, " + ptr + " + off, 16);");
+    close("} else {");
+    ++indent_;
+    open("for (int j = 0; j < 8; ++j)");
+    Address aj = address_of(*this, in, [](size_t j) { return j == 0 ? std::string("r") : std::string("(c + j)"); });
+    for (const std::string& s : aj.lines) line(s);
+    line("dst[j] = (" + aj.in_bounds + ") ? " + ptr + "[" + aj.offset + "] : (pl_u16)0;");
+    close();
+    close();
+    close();
+  } else {
+    open("for (int q = pl_tid(); q < " + std::to_string(rows * cols) + "; q += " + std::to_string(threads_) + ")");
+    line("const int r = q / " + std::to_string(cols) + ", c = q % " + std::to_string(cols) + ";");
+    Address a = address_of(*this, in, [](size_t j) { return j == 0 ? std::string("r") : std::string("c"); });
+    for (const std::string& s : a.lines) line(s);
+    line(home + "[r * " + std::to_string(tile.row_stride()) + " + c] = (" + a.in_bounds + ") ? " + ptr + "[" +
+         a.offset + "] : (pl_u16)0;");
+    close();
+  }
+}
+
+std::string Emitter::home_expr(ir::ValueId v) const {
+  if (prefetch.count(v)) return "pl_home" + std::to_string(v);
+  return "((pl_u16*)(pl_smem + " + std::to_string(smem_home.at(v).offset) + "))";
+}
+
+// The load's index instructions re-emitted for loop index `index` (their values renamed), then
+// the copy into `dst`.
+void Emitter::emit_prefetch_issue(const ir::Inst& in, const std::string& index, const std::string& dst) {
+  const ir::ValueId v = in.results[0];
+  const Prefetch& p = prefetch.at(v);
+  const ir::Region& body = p.loop->regions[0];
+  open("");
+  line("const " + reg_type(type(body.args[0]).dtype) + " pl_ix[1] = {" + index + "};");
+  std::vector<ir::ValueId> renamed{body.args[0]};
+  name_override_[body.args[0]] = "pl_ix";
+  for (const ir::Inst* d : p.slice)
+    for (ir::ValueId r : d->results) {
+      name_override_[r] = name(r) + "_nx";
+      renamed.push_back(r);
+    }
+  for (const ir::Inst* d : p.slice) emit_inst_body(*d);
+  emit_home_fill(in, smem_home.at(v), dst);
+  for (ir::ValueId r : renamed) name_override_.erase(r);
+  close();
+}
+
+// The prefetched loads of a loop, in body order.
+std::vector<const ir::Inst*> Emitter::prefetched_loads(const ir::Inst& loop) const {
+  std::vector<const ir::Inst*> out;
+  for (const ir::Inst& in : loop.regions[0].body)
+    if (in.op == ir::Op::Load && prefetch.count(in.results[0])) out.push_back(&in);
+  return out;
+}
+
+std::string Emitter::home_buffer(ir::ValueId v, const std::string& iteration, const std::string& lo) const {
+  const SmemTile& tile = smem_home.at(v);
+  return "((pl_u16*)(pl_smem + " + std::to_string(tile.offset) + ")) + ((" + iteration + " - " + lo + ") % " +
+         std::to_string(stages_) + ") * " + std::to_string(tile.rows * tile.row_stride());
+}
+
+// Before a loop: the tiles of its first stages - 1 iterations, one cp.async group per iteration.
+void Emitter::emit_loop_prologue(const ir::Inst& loop) {
+  const std::vector<const ir::Inst*> loads = prefetched_loads(loop);
+  if (loads.empty()) return;
+  const std::string lo = name(loop.operands[0]) + "[0]", hi = name(loop.operands[1]) + "[0]";
+  const std::string it = reg_type(type(loop.regions[0].args[0]).dtype);
+  for (int j = 0; j + 1 < stages_; ++j) {
+    open("");
+    line("const " + it + " pl_pre = " + lo + " + " + std::to_string(j) + ";");
+    open("if (pl_pre < " + hi + ")");
+    for (const ir::Inst* in : loads) emit_prefetch_issue(*in, "pl_pre", home_buffer(in->results[0], "pl_pre", lo));
+    close();
+    close();
+    line("pl_cp_async_commit();");
+  }
+}
+
+void Emitter::emit_smem_load(const ir::Inst& in, const SmemTile& tile) {
+  const ir::ValueId v = in.results[0];
+  auto pf = prefetch.find(v);
+  if (pf == prefetch.end()) {
+    // In a loop, earlier iterations' dots may still read this home: wait for them.
+    if (loop_depth_of(v) > 0) barrier();
+    open("");
+    emit_home_fill(in, tile, "((pl_u16*)(pl_smem + " + std::to_string(tile.offset) + "))");
+    close();
+    line("pl_cp_async_commit();");
+    line("pl_cp_async_wait<0>();");
+    barrier();
+    return;
+  }
+  // Prefetched: at the loop's first prefetched load, wait for this iteration's group (stages - 2
+  // younger groups may stay in flight), then, past the barrier (every thread is done with the
+  // buffer of the previous iteration), issue the loads of iteration i + stages - 1 into it.
+  const ir::Inst& loop = *pf->second.loop;
+  const std::vector<const ir::Inst*> loads = prefetched_loads(loop);
+  const ir::Region& body = loop.regions[0];
+  const std::string i = name(body.args[0]) + "[0]", lo = name(loop.operands[0]) + "[0]",
+                    hi = name(loop.operands[1]) + "[0]";
+  if (loads.front() == &in) {
+    line("pl_cp_async_wait<" + std::to_string(stages_ - 2) + ">();");
+    barrier();
+    open("");
+    line("const " + reg_type(type(body.args[0]).dtype) + " pl_nx = " + i + " + " + std::to_string(stages_ - 1) + ";");
+    open("if (pl_nx < " + hi + ")");
+    for (const ir::Inst* l : loads) emit_prefetch_issue(*l, "pl_nx", home_buffer(l->results[0], "pl_nx", lo));
+    close();
+    close();
+    line("pl_cp_async_commit();");
+  }
+  (void)tile;
+  line("pl_u16* const " + home_expr(v) + " = " + home_buffer(v, i, lo) + ";");
+}
+
+}  // namespace palladium::cuda

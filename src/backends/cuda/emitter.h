@@ -1,0 +1,179 @@
+// The CUDA emitter's shared state. A kernel is lowered in two steps:
+//  1. plan (layout_plan.cc): threads per block, and a layout for every tile shape. A layout says
+//     which thread holds which element in registers ("slots"), or that the tile is too large for
+//     registers and lives in global scratch memory ("Memory"). Every value of one shape has the
+//     one layout, so elementwise ops never move data between threads.
+//  2. emit (emit_*.cc): one C++ statement group per IR instruction. Ops that move elements between
+//     threads (broadcast, transpose, reductions, dot, ...) go through a staging buffer in shared
+//     memory (global scratch when too large) between two barriers, except for the register-local
+//     fast paths named in each emitter.
+// Control flow is uniform across the block (predicates and bounds are scalars every thread
+// computes alike), so barriers may sit inside loops and branches.
+#pragma once
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/codegen.h"
+#include "ir/ir.h"
+
+namespace palladium::cuda {
+
+enum class LayoutKind {
+  Replicated,  // one element (rank 0 or all dims 1): every thread holds it
+  Strided,     // groups of `vec` consecutive elements dealt round-robin to threads
+  Mma,         // rank 2 [M, N]: the mma.sync m16n8 accumulator layout over a warps_m x warps_n grid
+  RowSlice,    // [M] or [M, 1]: the rows of an Mma layout with warps_n == 1 (each quad holds its rows)
+  Memory,      // too large for registers: row-major in global scratch, threads stride over elements
+};
+
+struct Layout {
+  int id = 0;
+  LayoutKind kind = LayoutKind::Strided;
+  Shape shape;
+  int64_t numel = 1;
+  int slots = 1;             // register slots per thread (Memory: 0)
+  int vec = 1;               // Strided: consecutive elements per group
+  int warps_m = 1, warps_n = 1, tiles_m = 1, tiles_n = 1;  // Mma / RowSlice
+  bool all_slots_valid = true;  // Strided: false when the threads' slots overhang numel
+  bool replicated = false;      // several threads hold each element (Replicated, RowSlice)
+  bool registers() const { return kind != LayoutKind::Memory; }
+};
+
+// A shared-memory tile holding a 16-bit dot operand in its natural row-major form, rows padded by
+// 8 elements (16 bytes) so that ldmatrix row addresses fall in distinct banks.
+struct SmemTile {
+  int64_t offset = 0;        // bytes into dynamic shared memory
+  int64_t rows = 0, cols = 0;
+  int64_t row_stride() const { return cols + 8; }
+  int64_t bytes() const { return rows * row_stride() * 2; }
+};
+
+// Shared memory kept free of planned tiles: static __shared__ variables of the generated kernel.
+inline constexpr int64_t kSharedReserve = 1024;
+
+class Emitter {
+ public:
+  Emitter(const ir::Kernel& k, const CompilerParams& params, const Target& target);
+  GeneratedKernel run();
+
+  // ---- plan (layout_plan.cc) ----
+  void plan();
+  void find_prefetches(const std::vector<std::pair<ir::ValueId, bool>>& homes);
+  const Layout& layout_of(ir::ValueId v) const;
+  const Layout& layout_for_shape(const Shape& s) const;
+
+  // ---- helpers shared by the emitters (emit_kernel.cc) ----
+  std::string name(ir::ValueId v) const;
+  const ir::Type& type(ir::ValueId v) const { return k_.type(v); }
+  static std::string reg_type(DType t);      // register type: float for the 16-bit floats
+  static std::string mem_type(DType t);      // element type in device memory
+  static int reg_size(DType t);
+  void line(const std::string& s);           // one line at the current indentation
+  void open(const std::string& s);           // "s {" and indent
+  void close(const std::string& s = "}");
+  void declare(ir::ValueId v);               // storage for v (registers or a scratch buffer)
+  // Opens a loop over the slots of `l` with the slot index in `s` ("}" closes it).
+  void open_slots(const Layout& l);
+  std::string at(ir::ValueId v) const;       // v's element in the current slot loop: "v12[s]"
+  std::string elem(const Layout& l) const;   // flat element index of slot s
+  std::string coord(const Layout& l, size_t dim) const;  // coordinate along `dim` of slot s
+  std::string valid(const Layout& l) const;  // "" when every slot is valid, else a condition
+  std::string owner(const Layout& l) const;  // condition: this slot's thread writes the element
+  void barrier();
+  // Storage expression for a scratch byte offset in global memory.
+  std::string scratch_ptr(int64_t offset, const std::string& type) const;
+  // Staging: returns a pointer expression to `bytes` of exchange space (shared or global).
+  std::string stage_space(int64_t bytes, const std::string& type, int64_t offset = 0);
+  // Writes every element of v (registers) into a row-major buffer; returns the buffer expression.
+  // For Memory values, the value's own buffer. Caller emits the barrier.
+  std::string stage_value(ir::ValueId v, int64_t offset = 0);
+  int64_t staged_bytes(ir::ValueId v) const;
+  std::string literal(DType t, double f, int64_t i) const;
+  std::string round_fn(DType t) const;       // "pl_round_bf16" or ""
+  [[noreturn]] void unsupported(const ir::Inst& in, const std::string& why) const;
+  int uses(ir::ValueId v) const;
+
+  // ---- per-family emitters ----
+  void emit_region(const ir::Region& r);
+  void emit_inst(const ir::Inst& in);
+  void emit_inst_body(const ir::Inst& in);
+  void emit_leaf(const ir::Inst& in);                 // emit_elementwise.cc
+  void emit_elementwise(const ir::Inst& in);
+  std::string elementwise_expr(const ir::Inst& in, const std::vector<std::string>& operands) const;
+  // The element of v at `coords` (C++ text) as an expression, when v is cheap index arithmetic
+  // (iota, constants, scalars, elementwise ops, reshapes and broadcasts of such); "" otherwise.
+  std::string recompute(ir::ValueId v, const std::vector<std::string>& coords, int& budget) const;
+  void emit_broadcast(const ir::Inst& in);            // emit_layout_ops.cc
+  void emit_reshape(const ir::Inst& in);
+  void emit_transpose(const ir::Inst& in);
+  void emit_reduce(const ir::Inst& in);
+  void emit_cumsum(const ir::Inst& in);
+  void emit_debug_print(const ir::Inst& in);
+  void emit_gather(ir::ValueId result, ir::ValueId source, const std::vector<std::string>& src_coord);
+  void emit_memory(const ir::Inst& in);               // emit_memory.cc
+  void emit_smem_load(const ir::Inst& in, const SmemTile& tile);
+  void emit_dot(const ir::Inst& in);                  // emit_dot.cc
+  void emit_home_store(ir::ValueId v);
+  void emit_control(const ir::Inst& in);              // emit_kernel.cc
+
+  // ---- analysis shared with emitters ----
+  // Dot operands that live in a shared-memory tile (loads used only by dots, and loop-invariant
+  // operands staged once); keyed by value.
+  std::map<ir::ValueId, SmemTile> smem_home;
+  std::set<ir::ValueId> skip_registers;  // values that exist only in their smem home
+  // Loads in a loop body whose tile is fetched one iteration ahead (cp.async into the other half
+  // of a double-buffered home): the loop, and the scalar instructions computing the load's
+  // indices, re-emitted for the next iteration.
+  struct Prefetch {
+    const ir::Inst* loop = nullptr;
+    std::vector<const ir::Inst*> slice;
+  };
+  std::map<ir::ValueId, Prefetch> prefetch;
+  std::string home_expr(ir::ValueId v) const;  // pointer to v's home (this iteration's buffer)
+  // The copy of a load's tile into shared memory at `dst` (no waits, no barrier).
+  void emit_home_fill(const ir::Inst& load, const SmemTile& tile, const std::string& dst);
+  // Issues the cp.async copies of `load` for loop index `index` (C++ text) into buffer `dst`.
+  void emit_prefetch_issue(const ir::Inst& load, const std::string& index, const std::string& dst);
+  void emit_loop_prologue(const ir::Inst& loop);  // issues the first iterations' prefetches
+  std::vector<const ir::Inst*> prefetched_loads(const ir::Inst& loop) const;
+  // The home buffer of a prefetched value for loop index `iteration` (a ring of stages_ buffers).
+  std::string home_buffer(ir::ValueId v, const std::string& iteration, const std::string& lo) const;
+  int stages_ = 3;                        // pipeline depth of prefetched loads (buffers per home)
+  // Adds folded into a dot's accumulator: add result -> the dot it aliases.
+  std::map<ir::ValueId, ir::ValueId> alias_of;
+  std::set<ir::ValueId> fused_into_dot;  // dots whose result initialises from an addend
+  std::map<ir::ValueId, ir::ValueId> dot_addend;
+  // Transposes folded into a dot operand: transpose result -> its operand.
+  std::map<ir::ValueId, ir::ValueId> folded_transpose;
+  const ir::Inst* def(ir::ValueId v) const;
+  int loop_depth_of(ir::ValueId v) const;
+
+  const ir::Kernel& k_;
+  CompilerParams params_;
+  Target target_;
+  int threads_ = 128;
+  std::vector<Layout> layouts_;
+  std::map<Shape, int> layout_by_shape_;
+  std::vector<int64_t> scratch_offset_;   // per value; -1 unless Memory
+  int64_t scratch_bytes_ = 0;             // per program: Memory values, then global staging
+  int64_t smem_homes_bytes_ = 0;          // dedicated shared tiles come first
+  int64_t smem_stage_bytes_ = 0;          // the shared exchange area after them
+  int64_t global_stage_bytes_ = 0;
+  int64_t global_stage_offset_ = 0;       // fixed after planning
+  std::ostringstream body_;
+  int indent_ = 1;
+  std::string slot_var_ = "s";
+  std::vector<int> use_count_;
+  std::vector<const ir::Inst*> def_;
+  std::vector<int> depth_;                // loop depth at which each value is defined
+  std::vector<int> order_;                // pre-order position of each value's definition
+  std::map<ir::ValueId, std::string> name_override_;
+  std::set<int> outputs_loaded_;          // refs that need barriers between memory ops
+  std::set<int> refs_touched_;
+  std::vector<DebugPrintInfo> debug_prints_;
+};
+
+}  // namespace palladium::cuda
