@@ -1,7 +1,11 @@
 // The native CPU backend: IR -> C++ -> host compiler -> shared object -> dlopen.
-// Environment: CXX and PALLADIUM_CPU_CXXFLAGS (host_compiler.h), PALLADIUM_NUM_THREADS and
-// PALLADIUM_CPU_STACK_MB (thread_pool.h), PALLADIUM_CACHE_DIR and PALLADIUM_CACHE_MAX_MB
-// (backends/common/disk_cache.h).
+// Environment:
+//   CXX, PALLADIUM_CPU_CXXFLAGS            the compiler and extra flags (host_compiler.h)
+//   PALLADIUM_NUM_THREADS                  threads running programs, caller included (thread_pool.h)
+//   PALLADIUM_CPU_STACK_MB                 stack of each worker thread; tiles live there
+//   PALLADIUM_CACHE_DIR, _CACHE_MAX_MB     the disk cache (backends/common/disk_cache.h)
+//   PALLADIUM_CPU_VERBOSE=1                one line per kernel compiled or loaded, with its time
+//   PALLADIUM_CPU_KEEP_OBJECTS=1           keep loaded shared objects on disk, for profilers
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -142,8 +142,15 @@ void Emitter::emit_store(const ir::Inst& in) {
          ">(" + name(value) + ");");
   } else {
     const std::string step = std::to_string(a.steps.back()), count = std::to_string(a.counts.back());
+    // Outputs much larger than the caches are streamed past them (see store_row_streaming).
+    constexpr int64_t kStreamingBytes = int64_t{64} << 20;
+    const bool streaming = mask.empty() && p.dtype == DType::float32 && a.steps.back() == 1 &&
+                           numel(p.array_shape) * 4 >= kStreamingBytes;
+    uses_streaming_stores_ = uses_streaming_stores_ || streaming;
     emit_rows(a, [&](const std::string& flat, const std::string& off, const std::string& lo, const std::string& hi) {
-      if (mask.empty())
+      if (streaming)
+        line("pl_cpu::store_row_streaming(" + base + ", " + off + ", " + lo + ", " + hi + ", " + name(value) + " + " + flat + ");");
+      else if (mask.empty())
         line("pl_cpu::store_row(" + base + ", " + off + ", " + step + ", " + count + ", " + lo + ", " + hi + ", " + name(value) +
              " + " + flat + ");");
       else

@@ -309,7 +309,9 @@ GeneratedKernel Emitter::run() {
     src += "    program[" + std::to_string(d) + "] = rest % " + g + ";\n";
     src += "    rest /= " + g + ";\n";
   }
-  src += "    (void)rest;\n    run_program(*launch, program);\n  }\n}\n";
+  src += "    (void)rest;\n    run_program(*launch, program);\n  }\n";
+  if (uses_streaming_stores_) src += "  pl_cpu::store_fence();\n";
+  src += "}\n";
 
   GeneratedKernel out;
   out.source = std::move(src);

@@ -5,7 +5,9 @@
 // Every value is one of the ValueKinds below. Tiles are stack arrays of their compute type with
 // static sizes (so loops have constant trip counts and vectorise); pool threads have large
 // stacks, and `frame_bytes` bounds what one program needs. Runs of elementwise ops over one shape
-// are fused into a single loop whose intermediates are scalars (Fused values).
+// are fused into a single loop whose intermediates are scalars (Fused values); dots read their
+// operands from refs and write their results to refs directly where they can (emit_dot.cc); and
+// loop carries are updated in place where no later reader could see the change.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -126,6 +128,7 @@ class Emitter {
   int next_fresh_ = 0;
   int64_t frame_bytes_ = 0;
   int64_t gemm_scratch_a_ = 0, gemm_scratch_b_ = 0;  // floats, the largest any f32 dot needs
+  bool uses_streaming_stores_ = false;                 // the entry point must end with a store fence
 
   std::vector<ValueKind> kinds_;
   std::vector<std::vector<const ir::Inst*>> users_;

@@ -1,3 +1,4 @@
+// Finding and running the host C++ compiler (host_compiler.h).
 #include "backends/cpu/host_compiler.h"
 
 #include <fcntl.h>

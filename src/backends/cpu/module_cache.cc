@@ -1,10 +1,13 @@
+// Building and loading kernels: key -> memory cache -> disk cache -> host compiler (module_cache.h).
 #include "backends/cpu/module_cache.h"
 
 #include <dlfcn.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -73,16 +76,15 @@ const std::string& header_hash() {
 
 std::string include_dir() {
   const std::string dir = scratch_root() + "/include-" + header_hash();
-  if (fs::exists(dir + "/cpu/palladium_cpu.h")) return dir;
+  if (fs::is_directory(dir)) return dir;
+  // Built aside and renamed into place whole, so a racing process never sees half of it.
+  std::string staging = dir + ".tmp-XXXXXX";
+  if (!::mkdtemp(staging.data())) throw Error("the cpu backend could not create a directory under " + scratch_root());
   std::error_code ec;
-  fs::create_directories(dir + "/cpu", ec);
-  for (const auto& [name, text] : backend::embedded_headers()) {
-    if (name.rfind("cpu/", 0) != 0) continue;
-    const std::string path = dir + "/" + name;
-    const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-    write_file(tmp, text);
-    fs::rename(tmp, path, ec);  // atomic: a racing process writes the same bytes
-  }
+  fs::create_directories(staging + "/cpu", ec);
+  for (const auto& [name, text] : backend::embedded_headers())
+    if (name.rfind("cpu/", 0) == 0) write_file(staging + "/" + name, text);
+  if (::rename(staging.c_str(), dir.c_str()) != 0) fs::remove_all(staging, ec);  // another process won
   return dir;
 }
 
@@ -92,8 +94,10 @@ std::string make_temp_dir(const std::string& prefix) {
   return pattern;
 }
 
-// dlopen + symbol lookup; nullptr (with `why`) if the file is not a kernel of this ABI.
-std::shared_ptr<Module> open_module(const std::string& path, std::string& why) {
+// dlopen + symbol lookup; nullptr (with `why`) if the file is not a kernel of this ABI. The
+// module takes over `backing_fd` / `backing_path` (see Module) once it loads.
+std::shared_ptr<Module> open_module(const std::string& path, int backing_fd, const std::string& backing_path,
+                                    std::string& why) {
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     const char* e = ::dlerror();
@@ -107,7 +111,38 @@ std::shared_ptr<Module> open_module(const std::string& path, std::string& why) {
     ::dlclose(handle);
     return nullptr;
   }
-  return std::make_shared<Module>(handle, run);
+  return std::make_shared<Module>(handle, run, backing_fd, backing_path);
+}
+
+// Loads a shared object held in memory: from an anonymous memory file where Linux has them (no
+// file system round trip), else from a private temporary file (kept while loaded; profilers can
+// read it when PALLADIUM_CPU_KEEP_OBJECTS is set).
+std::shared_ptr<Module> open_payload(const std::string& payload, std::string& why) {
+  if (!keep_objects()) {
+    const int fd = ::memfd_create("palladium-cpu-kernel", MFD_CLOEXEC);
+    if (fd >= 0) {
+      const bool written = ::write(fd, payload.data(), payload.size()) == static_cast<ssize_t>(payload.size());
+      if (written)
+        if (std::shared_ptr<Module> m = open_module("/proc/self/fd/" + std::to_string(fd), fd, "", why)) return m;
+      ::close(fd);
+    }
+  }
+  std::string path = scratch_root() + "/load-XXXXXX.so";
+  const int fd = ::mkstemps(path.data(), 3);
+  if (fd < 0) return nullptr;
+  ::close(fd);
+  write_file(path, payload);
+  std::shared_ptr<Module> m = open_module(path, -1, keep_objects() ? "" : path, why);
+  if (!m) ::unlink(path.c_str());
+  return m;
+}
+
+// PALLADIUM_CPU_VERBOSE=1: one line per kernel that was built or loaded, with the time it took.
+void report(const BuildRequest& request, const char* how, std::chrono::steady_clock::time_point start) {
+  const char* v = std::getenv("PALLADIUM_CPU_VERBOSE");
+  if (!v || !*v || std::string(v) == "0") return;
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::fprintf(stderr, "[palladium cpu] kernel '%s' %s in %.1f ms\n", request.kernel_name.c_str(), how, ms);
 }
 
 std::string cache_key(const HostCompiler& compiler, const std::vector<std::string>& flags, const std::string& source) {
@@ -145,18 +180,12 @@ std::shared_ptr<Module> build(const BuildRequest& request, const HostCompiler& c
   const backend::DiskCache disk("cpu");
   std::string why;
 
+  const auto start = std::chrono::steady_clock::now();
   if (std::optional<std::string> payload = disk.load(key)) {
-    std::string path = scratch_root() + "/load-XXXXXX.so";
-    const int fd = ::mkstemps(path.data(), 3);
-    if (fd >= 0) {
-      ::close(fd);
-      write_file(path, *payload);
-      std::shared_ptr<Module> m = open_module(path, why);
-      if (!keep_objects()) ::unlink(path.c_str());  // the mapping stays valid
-      if (m) {
-        ++module_stats().disk_hits;
-        return m;
-      }
+    if (std::shared_ptr<Module> m = open_payload(*payload, why)) {
+      ++module_stats().disk_hits;
+      report(request, "loaded from the disk cache", start);
+      return m;
     }
   }
 
@@ -166,11 +195,13 @@ std::shared_ptr<Module> build(const BuildRequest& request, const HostCompiler& c
   ++module_stats().compiles;
   const CompileResult result = compile_shared_object(compiler, flags, include_dir(), source_path, so_path);
   if (!result.ok) throw Error(compile_error(request, compiler, source, source_path, result.log));  // keeps the files
-  disk.store(key, read_file(so_path));
-  std::shared_ptr<Module> m = open_module(so_path, why);
+  const std::string binary = read_file(so_path);
+  disk.store(key, binary);
+  std::shared_ptr<Module> m = open_payload(binary, why);
   std::error_code ec;
   if (!keep_objects()) fs::remove_all(dir, ec);
   if (!m) throw InternalError("pallas_call '" + request.kernel_name + "': the compiled kernel does not load: " + why);
+  report(request, "compiled", start);
   return m;
 }
 
@@ -188,7 +219,11 @@ void write_debug_source(const BuildRequest& request, const std::string& source) 
 
 }  // namespace
 
-Module::~Module() { ::dlclose(handle_); }
+Module::~Module() {
+  ::dlclose(handle_);
+  if (backing_fd_ >= 0) ::close(backing_fd_);
+  if (!backing_path_.empty()) ::unlink(backing_path_.c_str());
+}
 
 ModuleStats& module_stats() {
   static ModuleStats s;

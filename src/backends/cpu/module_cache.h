@@ -13,10 +13,14 @@ namespace palladium::cpu {
 
 using RunFn = void (*)(const pl_cpu::Launch*, int64_t, int64_t);
 
-// One dlopen'ed kernel; dlclose'd when the last executable using it is gone.
+// One dlopen'ed kernel; dlclose'd when the last executable using it is gone. It owns the file it
+// was loaded from (an open memory-file descriptor, or a path to remove) for as long as it is
+// loaded: glibc recognises loaded objects by device and inode, so a freed inode reused by the
+// next kernel's file would make dlopen return this kernel again.
 class Module {
  public:
-  Module(void* handle, RunFn run) : handle_(handle), run_(run) {}
+  Module(void* handle, RunFn run, int backing_fd, std::string backing_path)
+      : handle_(handle), run_(run), backing_fd_(backing_fd), backing_path_(std::move(backing_path)) {}
   ~Module();
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
@@ -25,6 +29,8 @@ class Module {
  private:
   void* handle_;
   RunFn run_;
+  int backing_fd_;            // -1: none
+  std::string backing_path_;  // "": none (or kept on purpose)
 };
 
 struct BuildRequest {

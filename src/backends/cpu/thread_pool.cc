@@ -1,3 +1,4 @@
+// The worker threads and the job queue they share with callers (thread_pool.h).
 #include "backends/cpu/thread_pool.h"
 
 #include <algorithm>

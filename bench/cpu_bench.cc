@@ -1,0 +1,348 @@
+// The cpu backend against its peers, each measured in the same binary and run (the machine is
+// noisy: compare ratios, not absolute figures). After the Google Benchmark table, a summary
+// prints each Palladium figure over its peer.
+//
+//   matmul f32 1024^3, 2048^3      Palladium kernel vs OpenBLAS cblas_sgemm at the same thread count
+//   add f32 2^26                   vs memcpy (STREAM counting: add moves 3 arrays, copy 2)
+//   IndRNN T=1000 F=1024           vs a plain -O3 loop and vs the interpreter
+//   attention fwd f32 s1024 d64    vs a straightforward -O3 C++ attention
+//   compile latency                first call of the quickstart matmul (compile included), and a
+//                                  first call served from the disk cache
+//
+// Large outputs are allocated by every pallas_call; the benchmark keeps freed memory in the heap
+// (mallopt) so that repeated calls do not pay first-touch page faults, as a caching allocator would.
+#include <benchmark/benchmark.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.h"
+#include "ops/attention.h"
+#include "ops/indrnn.h"
+#include "palladium/palladium.h"
+
+#ifdef PL_HAVE_OPENBLAS
+#include <cblas.h>
+extern "C" void openblas_set_num_threads(int);
+#endif
+
+namespace pl = palladium;
+using pl::Ref;
+using pl::Value;
+
+namespace {
+
+int threads() { return pl::cpu::num_threads(); }
+
+// Splits [0, n) over `threads()` std::threads for the hand-written peers.
+template <class F> void parallel_for(int64_t n, F f) {
+  const int t = threads();
+  std::vector<std::thread> pool;
+  for (int i = 0; i < t; ++i) pool.emplace_back([&, i] { f(n * i / t, n * (i + 1) / t); });
+  for (std::thread& th : pool) th.join();
+}
+
+// ---- matmul ----
+
+pl::Callable<pl::Array> matmul_call(int64_t n, int64_t block) {
+  return pl::pallas_call([](Ref x, Ref y, Ref z) { z[pl::all] = pl::dot(x[pl::all], y[pl::all]); },
+                         pl::ShapeDtype({n, n}, pl::f32),
+                         {.grid = {n / block, n / block},
+                          .in_specs = {pl::BlockSpec({block, n}, [](pl::Index i, pl::Index) { return pl::idx(i, 0); }),
+                                       pl::BlockSpec({n, block}, [](pl::Index, pl::Index j) { return pl::idx(0, j); })},
+                          .out_specs = {pl::BlockSpec({block, block}, [](pl::Index i, pl::Index j) { return pl::idx(i, j); })},
+                          .name = "bench_matmul",
+                          .backend = "cpu"});
+}
+
+void set_flops(benchmark::State& st, double flops) {
+  st.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_MatmulPalladium(benchmark::State& st) {
+  const int64_t n = st.range(0), block = st.range(1);
+  auto keys = pl::random::split(pl::random::key(0));
+  pl::Array x = pl::random::normal(keys[0], {n, n}), y = pl::random::normal(keys[1], {n, n});
+  auto f = matmul_call(n, block);
+  benchmark::DoNotOptimize(f(x, y).data());
+  for (auto _ : st) benchmark::DoNotOptimize(f(x, y).data());
+  set_flops(st, 2.0 * n * n * n);
+}
+
+#ifdef PL_HAVE_OPENBLAS
+void BM_MatmulOpenBLAS(benchmark::State& st) {
+  const int64_t n = st.range(0);
+  openblas_set_num_threads(threads());
+  std::vector<float> a(static_cast<size_t>(n * n), 0.5f), b(a), c(a);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 13) * 0.1f, b[i] = static_cast<float>(i % 7) * 0.2f;
+  auto run = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n), static_cast<int>(n), static_cast<int>(n),
+                1.0f, a.data(), static_cast<int>(n), b.data(), static_cast<int>(n), 0.0f, c.data(), static_cast<int>(n));
+  };
+  run();
+  for (auto _ : st) {
+    run();
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_flops(st, 2.0 * n * n * n);
+}
+#endif
+
+// ---- add vs memcpy ----
+
+constexpr int64_t kAddElements = int64_t{1} << 26;
+
+void set_bandwidth(benchmark::State& st, double bytes) {
+  st.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_AddPalladium(benchmark::State& st) {
+  const int64_t block = st.range(0);
+  pl::Array x = pl::full({kAddElements}, 1.0), y = pl::full({kAddElements}, 2.0);
+  auto f = pl::pallas_call([](Ref a, Ref b, Ref o) { o[pl::all] = a[pl::all] + b[pl::all]; },
+                           pl::ShapeDtype({kAddElements}, pl::f32),
+                           {.grid = {kAddElements / block},
+                            .in_specs = {pl::BlockSpec({block}, [](pl::Index i) { return pl::idx(i); }),
+                                         pl::BlockSpec({block}, [](pl::Index i) { return pl::idx(i); })},
+                            .out_specs = {pl::BlockSpec({block}, [](pl::Index i) { return pl::idx(i); })},
+                            .name = "bench_add",
+                            .backend = "cpu"});
+  benchmark::DoNotOptimize(f(x, y).data());
+  for (auto _ : st) benchmark::DoNotOptimize(f(x, y).data());
+  set_bandwidth(st, 3.0 * 4 * kAddElements);
+}
+
+// memcpy of one array into another: 2 arrays of traffic. range(0): threads (1, or the pool's).
+void BM_Memcpy(benchmark::State& st) {
+  const size_t bytes = static_cast<size_t>(kAddElements) * 4;
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  const bool parallel = st.range(0) > 1;
+  for (auto _ : st) {
+    if (parallel) {
+      parallel_for(static_cast<int64_t>(bytes), [&](int64_t b, int64_t e) {
+        std::memcpy(dst.data() + b, src.data() + b, static_cast<size_t>(e - b));
+      });
+    } else {
+      std::memcpy(dst.data(), src.data(), bytes);
+    }
+    benchmark::DoNotOptimize(dst.data());
+  }
+  set_bandwidth(st, 2.0 * static_cast<double>(bytes));
+}
+
+// ---- IndRNN ----
+
+constexpr int64_t kSteps = 1000, kFeatures = 1024;
+
+struct IndRnnInputs {
+  pl::Array x, u, h0;
+  IndRnnInputs() {
+    auto k = pl::random::split(pl::random::key(7), 3);
+    x = pl::random::normal(k[0], {kSteps, kFeatures});
+    u = pl::random::uniform(k[1], {kFeatures}, pl::f32, 0.5, 1.0);
+    h0 = pl::random::normal(k[2], {kFeatures});
+  }
+};
+
+void BM_IndRnnPalladium(benchmark::State& st) {
+  IndRnnInputs in;
+  const std::string backend = st.range(1) ? "cpu" : "interpret";
+  benchmark::DoNotOptimize(pl::ops::indrnn(in.x, in.u, in.h0, st.range(0), backend).data());
+  for (auto _ : st) benchmark::DoNotOptimize(pl::ops::indrnn(in.x, in.u, in.h0, st.range(0), backend).data());
+}
+
+// h = relu(u * h + x_t) over t, features split over range(0) threads.
+void BM_IndRnnPlainLoop(benchmark::State& st) {
+  IndRnnInputs in;
+  const float* x = in.x.data_as<float>();
+  const float* u = in.u.data_as<float>();
+  std::vector<float> out(static_cast<size_t>(kSteps * kFeatures));
+  auto range = [&](int64_t f0, int64_t f1) {
+    std::vector<float> h(in.h0.data_as<float>() + f0, in.h0.data_as<float>() + f1);
+    for (int64_t t = 0; t < kSteps; ++t)
+      for (int64_t f = f0; f < f1; ++f) {
+        float& hf = h[static_cast<size_t>(f - f0)];
+        hf = std::max(u[f] * hf + x[t * kFeatures + f], 0.0f);
+        out[static_cast<size_t>(t * kFeatures + f)] = hf;
+      }
+  };
+  for (auto _ : st) {
+    if (st.range(0) > 1) parallel_for(kFeatures, range);
+    else range(0, kFeatures);
+    benchmark::DoNotOptimize(out.data());
+  }
+}
+
+// ---- attention forward ----
+
+constexpr int64_t kSeq = 1024, kHeadDim = 64;
+
+struct AttentionInputs {
+  pl::Array q, k, v;
+  AttentionInputs() {
+    auto key = pl::random::split(pl::random::key(3), 3);
+    q = pl::random::normal(key[0], {1, kSeq, 1, kHeadDim});
+    k = pl::random::normal(key[1], {1, kSeq, 1, kHeadDim});
+    v = pl::random::normal(key[2], {1, kSeq, 1, kHeadDim});
+  }
+};
+const float kScale = 1.0f / 8.0f;
+
+void BM_AttentionPalladium(benchmark::State& st) {
+  AttentionInputs in;
+  pl::ops::MhaOptions o{.sm_scale = kScale, .block_q = st.range(0), .block_k = st.range(1), .backend = "cpu"};
+  benchmark::DoNotOptimize(pl::ops::mha(in.q, in.k, in.v, pl::Array(), o).data());
+  for (auto _ : st) benchmark::DoNotOptimize(pl::ops::mha(in.q, in.k, in.v, pl::Array(), o).data());
+  set_flops(st, 4.0 * kSeq * kSeq * kHeadDim);
+}
+
+// Softmax(q k^T * scale) v, one query row at a time; queries split over range(0) threads.
+void BM_AttentionPlain(benchmark::State& st) {
+  AttentionInputs in;
+  const float *q = in.q.data_as<float>(), *k = in.k.data_as<float>(), *v = in.v.data_as<float>();
+  std::vector<float> out(static_cast<size_t>(kSeq * kHeadDim));
+  auto rows = [&](int64_t i0, int64_t i1) {
+    std::vector<float> s(kSeq);
+    for (int64_t i = i0; i < i1; ++i) {
+      float m = -INFINITY;
+      for (int64_t j = 0; j < kSeq; ++j) {
+        float dot = 0;
+        for (int64_t d = 0; d < kHeadDim; ++d) dot += q[i * kHeadDim + d] * k[j * kHeadDim + d];
+        s[static_cast<size_t>(j)] = dot * kScale;
+        m = std::max(m, s[static_cast<size_t>(j)]);
+      }
+      float l = 0;
+      for (int64_t j = 0; j < kSeq; ++j) l += s[static_cast<size_t>(j)] = std::exp(s[static_cast<size_t>(j)] - m);
+      float* o = out.data() + i * kHeadDim;
+      for (int64_t d = 0; d < kHeadDim; ++d) o[d] = 0;
+      for (int64_t j = 0; j < kSeq; ++j)
+        for (int64_t d = 0; d < kHeadDim; ++d) o[d] += s[static_cast<size_t>(j)] * v[j * kHeadDim + d];
+      for (int64_t d = 0; d < kHeadDim; ++d) o[d] /= l;
+    }
+  };
+  for (auto _ : st) {
+    if (st.range(0) > 1) parallel_for(kSeq, rows);
+    else rows(0, kSeq);
+    benchmark::DoNotOptimize(out.data());
+  }
+  set_flops(st, 4.0 * kSeq * kSeq * kHeadDim);
+}
+
+// ---- compile latency ----
+
+// The quickstart matmul (2x2 grid of 512x1024 @ 1024x512 blocks) with `salt` baked into its
+// source, so each salt is a kernel no cache has seen.
+pl::Callable<pl::Array> quickstart_matmul(float salt) {
+  return pl::pallas_call([salt](Ref x, Ref y, Ref z) { z[pl::all] = pl::dot(x[pl::all], y[pl::all]) * salt; },
+                         pl::ShapeDtype({1024, 1024}, pl::f32),
+                         {.grid = {2, 2},
+                          .in_specs = {pl::BlockSpec({512, 1024}, [](pl::Index i, pl::Index) { return pl::idx(i, 0); }),
+                                       pl::BlockSpec({1024, 512}, [](pl::Index, pl::Index j) { return pl::idx(0, j); })},
+                          .out_specs = {pl::BlockSpec({512, 512}, [](pl::Index i, pl::Index j) { return pl::idx(i, j); })},
+                          .name = "quickstart_matmul",
+                          .backend = "cpu"});
+}
+
+// range(0): 0 = compile (a new kernel each iteration), 1 = disk cache hit, 2 = warm call.
+void BM_QuickstartMatmulFirstCall(benchmark::State& st) {
+  const std::string dir = std::filesystem::temp_directory_path() / ("palladium-bench-cache-" + std::to_string(::getpid()));
+  ::setenv("PALLADIUM_CACHE_DIR", dir.c_str(), 1);
+  auto keys = pl::random::split(pl::random::key(1));
+  pl::Array x = pl::random::normal(keys[0], {1024, 1024}), y = pl::random::normal(keys[1], {1024, 1024});
+  static float salt = 1.0f;
+  pl::cpu::clear_memory_cache();  // so the warm-up below also writes this run's disk cache
+  auto warm = quickstart_matmul(0.5f);
+  warm(x, y);
+  for (auto _ : st) {
+    if (st.range(0) == 0) salt += 1.0f;
+    if (st.range(0) == 1) pl::cpu::clear_memory_cache();
+    auto f = st.range(0) == 2 ? warm : quickstart_matmul(st.range(0) == 0 ? salt : 0.5f);
+    benchmark::DoNotOptimize(f(x, y).data());
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  ::unsetenv("PALLADIUM_CACHE_DIR");
+}
+
+// Collects real times so the summary can print ratios.
+class RatioReporter : public benchmark::ConsoleReporter {
+ public:
+  // "BM_X/1024/min_time:1.000" -> "BM_X/1024"
+  static std::string short_name(const std::string& name) {
+    std::string out;
+    size_t pos = 0;
+    while (pos <= name.size()) {
+      size_t end = name.find('/', pos);
+      if (end == std::string::npos) end = name.size();
+      const std::string part = name.substr(pos, end - pos);
+      if (part.find(':') == std::string::npos && part != "real_time") out += (out.empty() ? "" : "/") + part;
+      pos = end + 1;
+    }
+    return out;
+  }
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs) times_[short_name(r.benchmark_name())] = r.GetAdjustedRealTime();
+    ConsoleReporter::ReportRuns(runs);
+  }
+  void summary() const {
+    auto ratio = [&](const std::string& what, const std::string& ours, const std::string& peer) {
+      auto a = times_.find(ours), b = times_.find(peer);
+      if (a == times_.end() || b == times_.end()) return;
+      std::printf("  %-52s %8.3f ms vs %8.3f ms   speed ratio %.2f\n", what.c_str(), a->second, b->second, b->second / a->second);
+    };
+    std::printf("\nSummary (speed ratio = peer time / Palladium time; >1 means Palladium is faster), %d threads:\n",
+                threads());
+    ratio("matmul 1024^3 vs OpenBLAS sgemm", "BM_MatmulPalladium/1024/256", "BM_MatmulOpenBLAS/1024");
+    ratio("matmul 2048^3 vs OpenBLAS sgemm", "BM_MatmulPalladium/2048/512", "BM_MatmulOpenBLAS/2048");
+    // Bandwidth ratio: add moves 3/2 the bytes of the copy.
+    for (const char* peer : {"BM_Memcpy/1", "BM_Memcpy/2"}) {
+      auto a = times_.find("BM_AddPalladium/65536"), b = times_.find(peer);
+      if (a != times_.end() && b != times_.end())
+        std::printf("  %-52s %8.3f ms vs %8.3f ms   bandwidth ratio %.2f\n", (std::string("add 2^26 vs ") + peer).c_str(),
+                    a->second, b->second, 1.5 * b->second / a->second);
+    }
+    ratio("IndRNN vs plain loop (1 thread)", "BM_IndRnnPalladium/128/1", "BM_IndRnnPlainLoop/1");
+    ratio("IndRNN vs plain loop (threads)", "BM_IndRnnPalladium/128/1", "BM_IndRnnPlainLoop/2");
+    ratio("IndRNN vs the interpreter", "BM_IndRnnPalladium/128/1", "BM_IndRnnPalladium/128/0");
+    ratio("attention fwd vs plain C++ (1 thread)", "BM_AttentionPalladium/128/128", "BM_AttentionPlain/1");
+    ratio("attention fwd vs plain C++ (threads)", "BM_AttentionPalladium/128/128", "BM_AttentionPlain/2");
+  }
+
+ private:
+  std::map<std::string, double> times_;
+};
+
+}  // namespace
+
+BENCHMARK(BM_MatmulPalladium)->Args({1024, 256})->Args({1024, 128})->Args({2048, 512})->Args({2048, 256})
+    ->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+#ifdef PL_HAVE_OPENBLAS
+BENCHMARK(BM_MatmulOpenBLAS)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+#endif
+BENCHMARK(BM_AddPalladium)->Arg(65536)->Arg(1 << 14)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+BENCHMARK(BM_Memcpy)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+BENCHMARK(BM_IndRnnPalladium)->Args({128, 1})->Args({64, 1})->Args({256, 1})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_IndRnnPalladium)->Args({128, 0})->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
+BENCHMARK(BM_IndRnnPlainLoop)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_AttentionPalladium)->Args({128, 128})->Args({64, 64})->Args({128, 64})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_AttentionPlain)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_QuickstartMatmulFirstCall)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(5);
+
+int main(int argc, char** argv) {
+  // Keep freed large blocks in the heap: each pallas_call allocates its output.
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, -1);
+  benchmark::Initialize(&argc, argv);
+  RatioReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  reporter.summary();
+  benchmark::Shutdown();
+  return 0;
+}

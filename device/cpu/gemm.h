@@ -1,0 +1,265 @@
+// Matrix products for `dot`: a packed, cache-blocked float32 GEMM around a register-blocked
+// micro-kernel (the BLIS/Goto structure), plus a plain loop for float64 and integers.
+//
+// C[M,N] (=|+=) A[M,K] B[K,N]. Operands are strided views that may lie partly outside their
+// arrays (edge blocks): elements outside [row_lo, row_hi) x [col_lo, col_hi) read as zero, and
+// output elements outside the valid range are never written. Packing converts float16/bfloat16
+// storage to float32 on the way, so a `dot` can read straight from a ref without a tile copy.
+#pragma once
+#include <stdint.h>
+
+#include "numeric.h"
+#include "storage.h"
+
+namespace pl_cpu {
+
+// Element (i, k) is base[offset + i * row_stride + k * col_stride] when i is in [row_lo, row_hi)
+// and k in [col_lo, col_hi); zero otherwise. The offset is kept apart from the pointer so that
+// no pointer outside the array is ever formed.
+template <class T> struct MatrixIn {
+  const T* base;
+  int64_t offset, row_stride, col_stride;
+  int64_t row_lo, row_hi, col_lo, col_hi;
+};
+template <class T> struct MatrixOut {
+  T* base;
+  int64_t offset, row_stride, col_stride;
+  int64_t row_lo, row_hi, col_lo, col_hi;
+};
+
+template <class T> PL_INLINE MatrixIn<T> dense_in(const T* data, int64_t rows, int64_t cols, bool transposed) {
+  // A row-major rows x cols tile, optionally read as its transpose (cols x rows).
+  if (transposed) return {data, 0, 1, cols, 0, cols, 0, rows};
+  return {data, 0, cols, 1, 0, rows, 0, cols};
+}
+template <class T> PL_INLINE MatrixIn<T> transpose(MatrixIn<T> m) {
+  return {m.base, m.offset, m.col_stride, m.row_stride, m.col_lo, m.col_hi, m.row_lo, m.row_hi};
+}
+template <class T> PL_INLINE MatrixOut<T> dense_out(T* data, int64_t rows, int64_t cols) {
+  return {data, 0, cols, 1, 0, rows, 0, cols};
+}
+
+// ---- micro-kernel geometry, per instruction set ----
+#if defined(__AVX512F__)
+inline constexpr int kGemmLanes = 16, kGemmMR = 8, kGemmVectorsPerRow = 2;
+#elif defined(__AVX__)
+inline constexpr int kGemmLanes = 8, kGemmMR = 6, kGemmVectorsPerRow = 2;
+#else
+inline constexpr int kGemmLanes = 4, kGemmMR = 6, kGemmVectorsPerRow = 2;
+#endif
+inline constexpr int kGemmNR = kGemmLanes * kGemmVectorsPerRow;
+// KC x NR of B stays in L1 while an MC x KC block of A stays in L2; KC x NC of B fills part of L3.
+inline constexpr int64_t kGemmKC = 256, kGemmMC = 16 * kGemmMR * 2, kGemmNC = 2048;
+typedef float GemmVector __attribute__((vector_size(kGemmLanes * sizeof(float))));
+
+constexpr int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// C tile (MR x NR, row stride ldc) (=|+=) sum over k of a_panel[k][0..MR) (x) b_panel[k][0..NR).
+// Contraction to fused multiply-add is enabled here only (the library compiles with
+// -ffp-contract=off so elementwise code rounds like the interpreter).
+#if defined(__clang__)
+#define PL_CONTRACT_FAST_FUNCTION
+#define PL_CONTRACT_FAST_BODY _Pragma("clang fp contract(fast)")
+#else
+#define PL_CONTRACT_FAST_FUNCTION __attribute__((optimize("fp-contract=fast")))
+#define PL_CONTRACT_FAST_BODY
+#endif
+// A is read at a[r * a_row_step + k * a_k_step]: packed panels have steps (1, MR), known at compile
+// time (kPackedA); a float matrix read in place passes its own strides.
+template <bool kPackedA>
+PL_CONTRACT_FAST_FUNCTION __attribute__((noinline)) void gemm_micro_kernel(int64_t kc, const float* __restrict a_panel,
+                                                                            int64_t a_row_step, int64_t a_k_step,
+                                                                            const float* __restrict b_panel, float* __restrict c,
+                                                                            int64_t ldc, bool accumulate) {
+  PL_CONTRACT_FAST_BODY
+  if constexpr (kPackedA) {
+    a_row_step = 1;
+    a_k_step = kGemmMR;
+  }
+  GemmVector acc[kGemmMR][kGemmVectorsPerRow];
+#pragma GCC unroll 16
+  for (int r = 0; r < kGemmMR; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < kGemmVectorsPerRow; ++v) acc[r][v] = GemmVector{};
+  for (int64_t k = 0; k < kc; ++k) {
+    GemmVector b[kGemmVectorsPerRow];
+#pragma GCC unroll 8
+    for (int v = 0; v < kGemmVectorsPerRow; ++v) __builtin_memcpy(&b[v], b_panel + k * kGemmNR + v * kGemmLanes, sizeof(GemmVector));
+#pragma GCC unroll 16
+    for (int r = 0; r < kGemmMR; ++r) {
+      const float a = a_panel[k * a_k_step + r * a_row_step];
+#pragma GCC unroll 8
+      for (int v = 0; v < kGemmVectorsPerRow; ++v) acc[r][v] += b[v] * a;
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < kGemmMR; ++r) {
+#pragma GCC unroll 8
+    for (int v = 0; v < kGemmVectorsPerRow; ++v) {
+      float* p = c + r * ldc + v * kGemmLanes;
+      GemmVector out = acc[r][v];
+      if (accumulate) {
+        GemmVector old;
+        __builtin_memcpy(&old, p, sizeof old);
+        out += old;
+      }
+      __builtin_memcpy(p, &out, sizeof out);
+    }
+  }
+}
+
+// Packs rows [i0, i0+mc) x columns [k0, k0+kc) of `a` into MR-row panels: panel p holds, for each
+// k, the MR values of column k in rows i0 + p*MR + [0, MR); rows past mc and invalid elements are 0.
+template <class T> void gemm_pack_a(const MatrixIn<T>& a, int64_t i0, int64_t mc, int64_t k0, int64_t kc, float* out) {
+  for (int64_t p = 0; p < mc; p += kGemmMR) {
+    float* panel = out + p * kc;
+    for (int r = 0; r < kGemmMR; ++r) {
+      const int64_t i = i0 + p + r;
+      const bool row_ok = p + r < mc && i >= a.row_lo && i < a.row_hi;
+      const int64_t lo = a.col_lo - k0 > 0 ? a.col_lo - k0 : 0;
+      const int64_t hi = a.col_hi - k0 < kc ? a.col_hi - k0 : kc;
+      if (!row_ok || lo >= hi) {
+        for (int64_t k = 0; k < kc; ++k) panel[k * kGemmMR + r] = 0.0f;
+        continue;
+      }
+      const int64_t row = a.offset + i * a.row_stride + k0 * a.col_stride;
+      for (int64_t k = 0; k < lo; ++k) panel[k * kGemmMR + r] = 0.0f;
+      if (a.col_stride == 1) {
+        for (int64_t k = lo; k < hi; ++k) panel[k * kGemmMR + r] = to_compute(a.base[row + k]);
+      } else {
+        for (int64_t k = lo; k < hi; ++k) panel[k * kGemmMR + r] = to_compute(a.base[row + k * a.col_stride]);
+      }
+      for (int64_t k = hi; k < kc; ++k) panel[k * kGemmMR + r] = 0.0f;
+    }
+  }
+}
+
+// Packs rows [k0, k0+kc) x columns [j0, j0+nc) of `b` into NR-column panels: panel q holds, for
+// each k, the NR values of row k in columns j0 + q*NR + [0, NR).
+template <class T> void gemm_pack_b(const MatrixIn<T>& b, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* out) {
+  for (int64_t q = 0; q < nc; q += kGemmNR) {
+    float* panel = out + q * kc;
+    const int64_t j_first = j0 + q;
+    // Valid columns of this panel, relative to its first column.
+    int64_t lo = b.col_lo - j_first, hi = b.col_hi - j_first;
+    lo = lo < 0 ? 0 : lo;
+    hi = hi > kGemmNR ? kGemmNR : hi;
+    hi = hi > nc - q ? nc - q : hi;
+    for (int64_t k = 0; k < kc; ++k) {
+      float* dst = panel + k * kGemmNR;
+      const int64_t kk = k0 + k;
+      if (kk < b.row_lo || kk >= b.row_hi || lo >= hi) {
+        for (int j = 0; j < kGemmNR; ++j) dst[j] = 0.0f;
+        continue;
+      }
+      const int64_t row = b.offset + kk * b.row_stride + j_first * b.col_stride;
+      if (lo == 0 && hi == kGemmNR && b.col_stride == 1) {
+        PL_NO_ALIAS_LOOP
+        for (int j = 0; j < kGemmNR; ++j) dst[j] = to_compute(b.base[row + j]);
+        continue;
+      }
+      for (int64_t j = 0; j < kGemmNR; ++j)
+        dst[j] = (j >= lo && j < hi) ? to_compute(b.base[row + (j >= lo && j < hi ? j : lo) * b.col_stride]) : 0.0f;
+    }
+  }
+}
+
+// Writes (or adds) an MR x NR result tile into c where only part of it is valid or c is strided.
+PL_INLINE void gemm_store_edge(const float* tile, const MatrixOut<float>& c, int64_t i0, int64_t j0, bool accumulate) {
+  for (int r = 0; r < kGemmMR; ++r) {
+    const int64_t i = i0 + r;
+    if (i < c.row_lo || i >= c.row_hi) continue;
+    for (int j = 0; j < kGemmNR; ++j) {
+      const int64_t jj = j0 + j;
+      if (jj < c.col_lo || jj >= c.col_hi) continue;
+      float& dst = c.base[c.offset + i * c.row_stride + jj * c.col_stride];
+      dst = accumulate ? dst + tile[r * kGemmNR + j] : tile[r * kGemmNR + j];
+    }
+  }
+}
+
+// The blocked driver: C (=|+=) A B for an M x K by K x N product; packed_a and packed_b hold at
+// least kGemmMC * kGemmKC and kGemmKC * round_up(min(N, kGemmNC), NR) floats.
+template <class TA, class TB>
+void gemm_f32(const MatrixIn<TA>& a, const MatrixIn<TB>& b, const MatrixOut<float>& c, int64_t m, int64_t n, int64_t k,
+              bool accumulate, float* packed_a, float* packed_b) {
+  if (k == 0) {
+    if (!accumulate)
+      for (int64_t i = c.row_lo; i < c.row_hi; ++i)
+        for (int64_t j = c.col_lo; j < c.col_hi; ++j) c.base[c.offset + i * c.row_stride + j * c.col_stride] = 0.0f;
+    return;
+  }
+  alignas(64) float edge[kGemmMR * kGemmNR];
+  // A float operand read where it lies, skipping its packing, when it is wholly inside its array
+  // and has unit stride along rows or columns: worth it when few column panels share the packing
+  // and K is short (long strided rows read in place cost more in TLB misses than packing saves).
+  bool a_in_place = false;
+  const float* a_data = nullptr;
+  if constexpr (__is_same(TA, float)) {
+    a_in_place = (a.col_stride == 1 || a.row_stride == 1) && a.row_lo <= 0 && a.row_hi >= m && a.col_lo <= 0 &&
+                 a.col_hi >= k && n <= 8 * kGemmNR && k <= kGemmKC;
+    a_data = a.base + a.offset;
+  }
+  for (int64_t j0 = 0; j0 < n; j0 += kGemmNC) {
+    const int64_t nc = n - j0 < kGemmNC ? n - j0 : kGemmNC;
+    for (int64_t k0 = 0; k0 < k; k0 += kGemmKC) {
+      const int64_t kc = k - k0 < kGemmKC ? k - k0 : kGemmKC;
+      const bool acc = accumulate || k0 > 0;
+      gemm_pack_b(b, k0, kc, j0, nc, packed_b);
+      for (int64_t i0 = 0; i0 < m; i0 += kGemmMC) {
+        const int64_t mc = m - i0 < kGemmMC ? m - i0 : kGemmMC;
+        const int64_t full = a_in_place ? mc / kGemmMR * kGemmMR : 0;  // rows read in place
+        if (full < mc) gemm_pack_a(a, i0 + full, mc - full, k0, kc, packed_a + full * kc);
+        for (int64_t jr = 0; jr < nc; jr += kGemmNR) {
+          const int64_t j = j0 + jr;
+          if (j >= c.col_hi || j + kGemmNR <= c.col_lo) continue;  // nothing of it is written
+          for (int64_t ir = 0; ir < mc; ir += kGemmMR) {
+            const int64_t i = i0 + ir;
+            if (i >= c.row_hi || i + kGemmMR <= c.row_lo) continue;
+            const float* bp = packed_b + jr * kc;
+            const bool inside = i >= c.row_lo && i + kGemmMR <= c.row_hi && j >= c.col_lo && j + kGemmNR <= c.col_hi;
+            float* const out = inside && c.col_stride == 1 ? c.base + c.offset + i * c.row_stride + j : edge;
+            const int64_t ldc = out == edge ? kGemmNR : c.row_stride;
+            const bool add = out == edge ? false : acc;
+            if (ir < full) {
+              const float* ap = a_data + i * a.row_stride + k0 * a.col_stride;
+              gemm_micro_kernel<false>(kc, ap, a.row_stride, a.col_stride, bp, out, ldc, add);
+            } else {
+              gemm_micro_kernel<true>(kc, packed_a + ir * kc, 1, kGemmMR, bp, out, ldc, add);
+            }
+            if (out == edge) gemm_store_edge(edge, c, i, j, acc);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Scratch sizes for gemm_f32 with static shapes (the generated code declares them on the stack).
+inline constexpr int64_t gemm_packed_a_size(int64_t m, int64_t k) {
+  return round_up(m < kGemmMC ? m : kGemmMC, kGemmMR) * (k < kGemmKC ? k : kGemmKC);
+}
+inline constexpr int64_t gemm_packed_b_size(int64_t n, int64_t k) {
+  return round_up(n < kGemmNC ? n : kGemmNC, kGemmNR) * (k < kGemmKC ? k : kGemmKC);
+}
+
+// float64 and integer products: C (=|+=) A B with accumulation in Acc (int64 for integers, which
+// wraps to the result width exactly as the interpreter's int64 accumulation does).
+template <class Acc, class TA, class TB, class TC>
+void gemm_simple(const MatrixIn<TA>& a, const MatrixIn<TB>& b, const MatrixOut<TC>& c, int64_t m, int64_t n, int64_t k,
+                 bool accumulate) {
+  auto at = [](const auto& x, int64_t i, int64_t j) -> Acc {
+    const bool ok = i >= x.row_lo && i < x.row_hi && j >= x.col_lo && j < x.col_hi;
+    return ok ? static_cast<Acc>(to_compute(x.base[x.offset + i * x.row_stride + j * x.col_stride])) : Acc(0);
+  };
+  for (int64_t i = c.row_lo; i < c.row_hi && i < m; ++i) {
+    for (int64_t j = c.col_lo; j < c.col_hi && j < n; ++j) {
+      Acc sum = 0;
+      for (int64_t p = 0; p < k; ++p) sum += at(a, i, p) * at(b, p, j);
+      TC& dst = c.base[c.offset + i * c.row_stride + j * c.col_stride];
+      dst = accumulate ? static_cast<TC>(dst + static_cast<TC>(sum)) : static_cast<TC>(sum);
+    }
+  }
+}
+
+}  // namespace pl_cpu

@@ -1,0 +1,145 @@
+// Tile <-> array transfers for loads, stores and atomics, with edge-block handling: an access
+// selects `count` elements start + k*stride (k in [0, count)) per dimension; only those inside
+// the array are touched. Loads fill the rest with `other` (or 0); stores and atomics drop them.
+// Bounds are checked against the whole array, never against the block, so a kernel that indexes
+// past its block reads or writes its neighbours' data (the interpreter reports that as an
+// Error; the compiled backend does not check) but can never touch memory outside its arrays.
+#pragma once
+#include <stdint.h>
+
+#include "storage.h"
+
+namespace pl_cpu {
+
+// The k in [lo, hi) for which 0 <= start + k*stride < extent (stride >= 1), clipped to [0, count).
+PL_INLINE void valid_range(int64_t start, int64_t stride, int64_t count, int64_t extent, int64_t& lo, int64_t& hi) {
+  lo = start >= 0 ? 0 : (-start + stride - 1) / stride;
+  hi = start >= extent ? 0 : (extent - start + stride - 1) / stride;
+  hi = hi < count ? hi : count;
+  lo = lo < hi ? lo : hi;
+}
+
+template <class C> PL_INLINE void fill(C* __restrict dst, int64_t n, C value) {
+  for (int64_t k = 0; k < n; ++k) dst[k] = value;
+}
+template <class C> PL_INLINE void copy(C* __restrict dst, const C* __restrict src, int64_t n) {
+  PL_NO_ALIAS_LOOP
+  for (int64_t k = 0; k < n; ++k) dst[k] = src[k];
+}
+
+// One row of a load: dst[k] = array[offset + k*stride] for k in [lo, hi), else 0.
+template <class C, class S>
+PL_INLINE void load_row(C* __restrict dst, const S* __restrict base, int64_t offset, int64_t stride, int64_t count,
+                        int64_t lo, int64_t hi) {
+  for (int64_t k = 0; k < lo; ++k) dst[k] = C(0);
+  PL_NO_ALIAS_LOOP
+  for (int64_t k = lo; k < hi; ++k) dst[k] = to_compute(base[offset + k * stride]);
+  for (int64_t k = hi; k < count; ++k) dst[k] = C(0);
+}
+
+// A masked row: lanes that are masked off or outside the array take other[k] (or 0 without other).
+template <class C, class S>
+PL_INLINE void load_row_masked(C* __restrict dst, const S* __restrict base, int64_t offset, int64_t stride,
+                               int64_t count, int64_t lo, int64_t hi, const bool* __restrict mask,
+                               const C* __restrict other) {
+  if (lo >= hi) {
+    for (int64_t k = 0; k < count; ++k) dst[k] = other ? other[k] : C(0);
+    return;
+  }
+  PL_NO_ALIAS_LOOP
+  for (int64_t k = 0; k < count; ++k) {
+    const bool active = mask[k] && k >= lo && k < hi;
+    const int64_t safe = k < lo ? lo : (k >= hi ? hi - 1 : k);  // never address outside the array
+    const C fallback = other ? other[k] : C(0);
+    dst[k] = active ? C(to_compute(base[offset + safe * stride])) : fallback;
+  }
+}
+
+template <class S, class C>
+PL_INLINE void store_row(S* __restrict base, int64_t offset, int64_t stride, int64_t count, int64_t lo, int64_t hi,
+                         const C* __restrict src) {
+  (void)count;
+  PL_NO_ALIAS_LOOP
+  for (int64_t k = lo; k < hi; ++k) base[offset + k * stride] = to_storage<S>(src[k]);
+}
+
+// Rows of outputs far larger than the caches (the backend decides, from the static array size)
+// are written with non-temporal stores, as memcpy does for large copies: the lines are not read
+// before being overwritten and do not evict the inputs. store_fence() must follow before the
+// results are handed to another thread (palladium_cpu_run ends with it).
+#if defined(__AVX512F__)
+typedef float StreamVector __attribute__((vector_size(64)));
+#elif defined(__AVX__)
+typedef float StreamVector __attribute__((vector_size(32)));
+#elif defined(__SSE2__)
+typedef float StreamVector __attribute__((vector_size(16)));
+#endif
+
+PL_INLINE void store_row_streaming(float* __restrict base, int64_t offset, int64_t lo, int64_t hi,
+                                   const float* __restrict src) {
+  if (lo >= hi) return;
+  float* const row = base + offset + lo;  // inside the array: lo < hi
+  const float* const from = src + lo;
+  const int64_t n = hi - lo;
+  int64_t k = 0;
+#if defined(__SSE2__)
+  constexpr int64_t kLanes = sizeof(StreamVector) / sizeof(float);
+  for (; k < n && reinterpret_cast<uintptr_t>(row + k) % sizeof(StreamVector) != 0; ++k) row[k] = from[k];
+  for (; k + kLanes <= n; k += kLanes) {
+    StreamVector v;
+    __builtin_memcpy(&v, from + k, sizeof v);
+#if defined(__clang__)
+    __builtin_nontemporal_store(v, reinterpret_cast<StreamVector*>(row + k));
+#elif defined(__AVX512F__)
+    __builtin_ia32_movntps512(row + k, v);
+#elif defined(__AVX__)
+    __builtin_ia32_movntps256(row + k, v);
+#else
+    __builtin_ia32_movntps(row + k, v);
+#endif
+  }
+#endif
+  for (; k < n; ++k) row[k] = from[k];
+}
+
+PL_INLINE void store_fence() {
+#if defined(__SSE2__)
+  __builtin_ia32_sfence();
+#endif
+}
+
+template <class S, class C>
+PL_INLINE void store_row_masked(S* __restrict base, int64_t offset, int64_t stride, int64_t lo, int64_t hi,
+                                const C* __restrict src, const bool* __restrict mask) {
+  for (int64_t k = lo; k < hi; ++k)
+    if (mask[k]) base[offset + k * stride] = to_storage<S>(src[k]);
+}
+
+// ---- atomics (32- and 64-bit integer and float refs): return the old value ----
+enum class AtomicOp { add, max, min };
+
+template <AtomicOp op, class T> PL_INLINE T atomic_update(T* p, T v) {
+  if constexpr (op == AtomicOp::add && (T(0.5) == T(0))) {  // integers: one instruction
+    return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+  } else {
+    T old;
+    __atomic_load(p, &old, __ATOMIC_RELAXED);
+    while (true) {
+      // max/min as std::max(old, v) / std::min(old, v), the interpreter's rule.
+      T desired = op == AtomicOp::add ? static_cast<T>(old + v) : op == AtomicOp::max ? (old < v ? v : old) : (v < old ? v : old);
+      if (__atomic_compare_exchange(p, &old, &desired, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return old;
+    }
+  }
+}
+
+// One row of an atomic update; `result` gets the old values (0 for lanes not applied).
+template <AtomicOp op, class T>
+PL_INLINE void atomic_row(T* base, int64_t offset, int64_t stride, int64_t count, int64_t lo, int64_t hi,
+                          const T* values, const bool* mask, T* result) {
+  for (int64_t k = 0; k < count; ++k) {
+    const bool active = k >= lo && k < hi && (!mask || mask[k]);
+    result[k] = active ? atomic_update<op>(base + offset + k * stride, values[k]) : T(0);
+  }
+}
+
+}  // namespace pl_cpu
