@@ -51,6 +51,7 @@ int main() {
     ok = ok && err <= tol;
   };
 
+  std::cout << "backend: " << pl::default_backend() << "\n\n";
   std::cout << "add_vectors(arange(8), arange(8))\n" << add_vectors(pl::arange(8), pl::arange(8)).repr() << "\n";
   ok = ok && pl::array_equal(add_vectors(pl::arange(8), pl::arange(8)), pl::arange(0, 16, 2));
 

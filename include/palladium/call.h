@@ -79,6 +79,11 @@ int trace_count(const CallImpl& call);
 
 }  // namespace detail
 
+// The backend a call without .backend runs on: $PALLADIUM_BACKEND, else the fastest available here.
+std::string default_backend();
+// The backends that can run on this machine ("interpret" always; "cpu", "cuda" when usable).
+std::vector<std::string> available_backends();
+
 // vmap's in_axes entry: the batched axis of an input, or pl::None for an unbatched input.
 struct InAxis {
   std::optional<int64_t> axis;

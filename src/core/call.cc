@@ -193,6 +193,15 @@ std::string lower(const CallImpl& call, const std::vector<ShapeDtype>& inputs) {
   return ir::print(trace_kernel(call, describe(call, in)));
 }
 
+}  // namespace palladium::detail
+
+namespace palladium {
+std::string default_backend() { return backend::default_name(); }
+std::vector<std::string> available_backends() { return backend::available_names(); }
+}  // namespace palladium
+
+namespace palladium::detail {
+
 int trace_count(const CallImpl& call) {
   std::lock_guard<std::mutex> lock(call.cache->mu);
   return call.cache->traces;
