@@ -8,6 +8,7 @@
 // the result's warp rows is used from registers (two adjacent n8 accumulator tiles are exactly one
 // k16 A fragment), as FlashAttention-2 does for P @ V.
 #include "backends/cuda/emitter.h"
+#include "palladium/error.h"
 
 namespace palladium::cuda {
 namespace {
@@ -18,15 +19,13 @@ bool is_16bit_float(DType t) { return t == DType::float16 || t == DType::bfloat1
 
 // Writes a register (or scratch) value into its shared-memory home, once, after its definition.
 void Emitter::emit_home_store(ir::ValueId v) {
-  const SmemTile& tile = smem_home.at(v);
   const Layout& l = layout_of(v);
-  const std::string home = home_expr(v);
   const std::string conv = type(v).dtype == DType::bfloat16 ? "pl_f_to_bf16" : "pl_f_to_f16";
   if (loop_depth_of(v) > 0) barrier();  // dots of the previous iteration may still read the home
   open_slots(l);
-  line("if (" + owner(l) + ") " + home + "[" + coord(l, 0) + " * " + std::to_string(tile.row_stride()) + " + " +
-       coord(l, 1) + "] = " + conv + "(" + at(v) + ");");
+  line("if (" + owner(l) + ") " + home_element(v, coord(l, 0), coord(l, 1)) + " = " + conv + "(" + at(v) + ");");
   close();
+  if (!wgmma_dots_.empty()) line("pl_fence_proxy_async();");
   barrier();
 }
 
@@ -44,6 +43,12 @@ void Emitter::emit_dot(const ir::Inst& in) {
   const int64_t K = ta ? as[0] : as[1];
   const bool tf32 = t == DType::float32 && params_.allow_tf32;
   const bool tensor = rl.kind == LayoutKind::Mma && ((is_16bit_float(t) && K % 16 == 0) || (tf32 && K % 8 == 0));
+  if (wgmma_dots_.count(&in)) {
+    emit_wgmma(in, a, b, ta, tb);
+    return;
+  }
+  PL_ASSERT(!(smem_home.count(a) && smem_home.at(a).swizzled) && !(smem_home.count(b) && smem_home.at(b).swizzled),
+            "a swizzled (wgmma) operand tile reached the mma.sync path");
 
   // Shared-memory tiles for the tensor-core path: homes, or staging in the exchange area.
   const int esize = tf32 ? 4 : 2, pad = tf32 ? 4 : 8;
@@ -52,7 +57,8 @@ void Emitter::emit_dot(const ir::Inst& in) {
   const bool a_in_registers = tensor && !tf32 && !ta && al.kind == LayoutKind::Mma && al.warps_n == 1 &&
                               rl.warps_n == 1 && al.warps_m == rl.warps_m && as[0] == rl.shape[0] &&
                               !smem_home.count(a);
-  const bool a_home = !tf32 && smem_home.count(a), b_home = !tf32 && smem_home.count(b);
+  const bool a_home = !tf32 && smem_home.count(a) && !smem_home.at(a).swizzled;
+  const bool b_home = !tf32 && smem_home.count(b) && !smem_home.at(b).swizzled;
   const int64_t a_stage = (a_in_registers || a_home) ? 0 : (tile_bytes(a) + 127) / 128 * 128;
   const int64_t b_stage = b_home ? 0 : tile_bytes(b);
   const bool fits = smem_homes_bytes_ + a_stage + b_stage <= target_.max_shared_bytes - kSharedReserve;
@@ -68,10 +74,8 @@ void Emitter::emit_dot(const ir::Inst& in) {
     const std::string bbuf = operand(b, staged_bytes(a));
     barrier();
     auto read = [&](const std::string& buf, ir::ValueId v, const std::string& row, const std::string& col) {
-      if (skip_registers.count(v)) {
-        const std::string idx = row + " * " + std::to_string(smem_home.at(v).row_stride()) + " + " + col;
-        return std::string(type(v).dtype == DType::bfloat16 ? "pl_bf16_to_f(" : "pl_f16_to_f(") + buf + "[" + idx + "])";
-      }
+      if (skip_registers.count(v))
+        return std::string(type(v).dtype == DType::bfloat16 ? "pl_bf16_to_f(" : "pl_f16_to_f(") + home_element(v, row, col) + ")";
       return buf + "[" + row + " * " + std::to_string(type(v).shape[1]) + " + " + col + "]";
     };
     const std::string acc = is_float(t) ? (t == DType::float64 ? "double" : "float") : "pl_i64";
@@ -131,12 +135,18 @@ void Emitter::emit_dot(const ir::Inst& in) {
   if (a_stage + b_stage > 0) barrier();
   const int64_t a_ld = as[1] + pad, b_ld = bs[1] + pad;
 
-  declare(r);
-  if (dot_addend.count(r)) {
+  // acc + dot: accumulate in place into the addend's registers when this add is its only use
+  // (at the same loop depth, so no later iteration reads it again); else start from a copy.
+  const ir::ValueId addend = dot_addend.count(r) ? dot_addend.at(r) : -1;
+  if (addend >= 0 && uses(addend) == 1 && loop_depth_of(addend) == loop_depth_of(r) && layout_of(addend).registers()) {
+    name_override_[r] = name(addend);
+  } else if (addend >= 0) {
+    declare(r);
     open_slots(rl);
-    line(at(r) + " = " + at(dot_addend.at(r)) + ";");
+    line(at(r) + " = " + at(addend) + ";");
     close();
   } else {
+    declare(r);
     open_slots(rl);
     line(at(r) + " = 0.0f;");
     close();
@@ -149,78 +159,103 @@ void Emitter::emit_dot(const ir::Inst& in) {
        ", pl_n0 = (pl_warp() % " + std::to_string(rl.warps_n) + ") * " + std::to_string(wc) + ";");
   line("const int g = pl_lane() >> 2, t = pl_lane() & 3, q = pl_lane() >> 3, l8 = pl_lane() & 7;");
   line("(void)g; (void)t; (void)q; (void)l8;");
-  line(a_in_registers || ksteps <= 16 ? "#pragma unroll" : "#pragma unroll 4");
-  open("for (int kk = 0; kk < " + std::to_string(ksteps) + "; ++kk)");
-  line("unsigned fa[" + std::to_string(TM) + "][4], fb[" + std::to_string(TN) + "][2];");
   const std::string mma = tf32 ? "pl_mma_tf32_1688" : t == DType::bfloat16 ? "pl_mma_bf16_16816" : "pl_mma_f16_16816";
-  if (tf32) {
-    // Scalar fragment loads: A(m, k) and B(k, n) from the f32 tiles.
-    auto A = [&](const std::string& m, const std::string& kx) {
-      return atile + "[" + (ta ? kx + " * " + std::to_string(a_ld) + " + " + m : m + " * " + std::to_string(a_ld) + " + " + kx) + "]";
-    };
-    auto B = [&](const std::string& kx, const std::string& n) {
-      return btile + "[" + (tb ? n + " * " + std::to_string(b_ld) + " + " + kx : kx + " * " + std::to_string(b_ld) + " + " + n) + "]";
-    };
-    line("#pragma unroll");
-    open("for (int tm = 0; tm < " + std::to_string(TM) + "; ++tm)");
-    line("const int m = pl_m0 + tm * 16 + g, k = kk * 8 + t;");
-    line("fa[tm][0] = pl_to_tf32(" + A("m", "k") + "); fa[tm][1] = pl_to_tf32(" + A("(m + 8)", "k") + ");");
-    line("fa[tm][2] = pl_to_tf32(" + A("m", "(k + 4)") + "); fa[tm][3] = pl_to_tf32(" + A("(m + 8)", "(k + 4)") + ");");
-    close();
-    line("#pragma unroll");
-    open("for (int tn = 0; tn < " + std::to_string(TN) + "; ++tn)");
-    line("const int n = pl_n0 + tn * 8 + g, k = kk * 8 + t;");
-    line("fb[tn][0] = pl_to_tf32(" + B("k", "n") + "); fb[tn][1] = pl_to_tf32(" + B("(k + 4)", "n") + ");");
-    close();
-  } else {
+  // Fragment loads of k-step `kk` (C++ text) into the arrays named fa, fb.
+  auto load_fragments = [&](const std::string& kk, const std::string& fa, const std::string& fb) {
+    if (tf32) {
+      // Scalar fragment loads: A(m, k) and B(k, n) from the f32 tiles.
+      auto A = [&](const std::string& m, const std::string& kx) {
+        return atile + "[" + (ta ? kx + " * " + std::to_string(a_ld) + " + " + m : m + " * " + std::to_string(a_ld) + " + " + kx) + "]";
+      };
+      auto B = [&](const std::string& kx, const std::string& n) {
+        return btile + "[" + (tb ? n + " * " + std::to_string(b_ld) + " + " + kx : kx + " * " + std::to_string(b_ld) + " + " + n) + "]";
+      };
+      line("#pragma unroll");
+      open("for (int tm = 0; tm < " + std::to_string(TM) + "; ++tm)");
+      line("const int m = pl_m0 + tm * 16 + g, k = " + kk + " * 8 + t;");
+      line(fa + "[tm][0] = pl_to_tf32(" + A("m", "k") + "); " + fa + "[tm][1] = pl_to_tf32(" + A("(m + 8)", "k") + ");");
+      line(fa + "[tm][2] = pl_to_tf32(" + A("m", "(k + 4)") + "); " + fa + "[tm][3] = pl_to_tf32(" + A("(m + 8)", "(k + 4)") + ");");
+      close();
+      line("#pragma unroll");
+      open("for (int tn = 0; tn < " + std::to_string(TN) + "; ++tn)");
+      line("const int n = pl_n0 + tn * 8 + g, k = " + kk + " * 8 + t;");
+      line(fb + "[tn][0] = pl_to_tf32(" + B("k", "n") + "); " + fb + "[tn][1] = pl_to_tf32(" + B("(k + 4)", "n") + ");");
+      close();
+      return;
+    }
     if (a_in_registers) {
       const std::string x = name(a), tna = std::to_string(al.tiles_n);
       const std::string pack = t == DType::bfloat16 ? "pl_pack_bf16" : "pl_pack_f16";
       line("#pragma unroll");
       open("for (int tm = 0; tm < " + std::to_string(TM) + "; ++tm)");
-      line("const int s0 = (tm * " + tna + " + 2 * kk) * 4, s1 = s0 + 4;");
-      line("fa[tm][0] = " + pack + "(" + x + "[s0], " + x + "[s0 + 1]); fa[tm][1] = " + pack + "(" + x + "[s0 + 2], " + x + "[s0 + 3]);");
-      line("fa[tm][2] = " + pack + "(" + x + "[s1], " + x + "[s1 + 1]); fa[tm][3] = " + pack + "(" + x + "[s1 + 2], " + x + "[s1 + 3]);");
+      line("const int s0 = (tm * " + tna + " + 2 * " + kk + ") * 4, s1 = s0 + 4;");
+      line(fa + "[tm][0] = " + pack + "(" + x + "[s0], " + x + "[s0 + 1]); " + fa + "[tm][1] = " + pack + "(" + x +
+           "[s0 + 2], " + x + "[s0 + 3]);");
+      line(fa + "[tm][2] = " + pack + "(" + x + "[s1], " + x + "[s1 + 1]); " + fa + "[tm][3] = " + pack + "(" + x +
+           "[s1 + 2], " + x + "[s1 + 3]);");
       close();
     } else {
       line("#pragma unroll");
       open("for (int tm = 0; tm < " + std::to_string(TM) + "; ++tm)");
       if (!ta)  // A rows are m: x4 over (m 0-7 | 8-15) x (k 0-7 | 8-15)
-        line("pl_ldmatrix_x4(fa[tm], " + atile + " + (pl_m0 + tm * 16 + (q & 1) * 8 + l8) * " + std::to_string(a_ld) +
-             " + kk * 16 + (q >> 1) * 8);");
+        line("pl_ldmatrix_x4(" + fa + "[tm], " + atile + " + (pl_m0 + tm * 16 + (q & 1) * 8 + l8) * " +
+             std::to_string(a_ld) + " + " + kk + " * 16 + (q >> 1) * 8);");
       else  // A stored [k][m]: transposed 8x8 loads
-        line("pl_ldmatrix_x4_trans(fa[tm], " + atile + " + (kk * 16 + (q >> 1) * 8 + l8) * " + std::to_string(a_ld) +
-             " + pl_m0 + tm * 16 + (q & 1) * 8);");
+        line("pl_ldmatrix_x4_trans(" + fa + "[tm], " + atile + " + (" + kk + " * 16 + (q >> 1) * 8 + l8) * " +
+             std::to_string(a_ld) + " + pl_m0 + tm * 16 + (q & 1) * 8);");
       close();
     }
     line("#pragma unroll");
     open("for (int tn = 0; tn + 1 < " + std::to_string(TN) + "; tn += 2)");
     line("unsigned x[4];");
     if (tb)  // B stored [n][k]
-      line("pl_ldmatrix_x4(x, " + btile + " + (pl_n0 + tn * 8 + (q >> 1) * 8 + l8) * " + std::to_string(b_ld) +
-           " + kk * 16 + (q & 1) * 8);");
+      line("pl_ldmatrix_x4(x, " + btile + " + (pl_n0 + tn * 8 + (q >> 1) * 8 + l8) * " + std::to_string(b_ld) + " + " +
+           kk + " * 16 + (q & 1) * 8);");
     else  // B stored [k][n]
-      line("pl_ldmatrix_x4_trans(x, " + btile + " + (kk * 16 + (q & 1) * 8 + l8) * " + std::to_string(b_ld) +
+      line("pl_ldmatrix_x4_trans(x, " + btile + " + (" + kk + " * 16 + (q & 1) * 8 + l8) * " + std::to_string(b_ld) +
            " + pl_n0 + tn * 8 + (q >> 1) * 8);");
-    line("fb[tn][0] = x[0]; fb[tn][1] = x[1]; fb[tn + 1][0] = x[2]; fb[tn + 1][1] = x[3];");
+    line(fb + "[tn][0] = x[0]; " + fb + "[tn][1] = x[1]; " + fb + "[tn + 1][0] = x[2]; " + fb + "[tn + 1][1] = x[3];");
     close();
     if (TN % 2) {
       const std::string tn = std::to_string(TN - 1);
       if (tb)
-        line("pl_ldmatrix_x2(fb[" + tn + "], " + btile + " + (pl_n0 + " + tn + " * 8 + l8) * " + std::to_string(b_ld) +
-             " + kk * 16 + (q & 1) * 8);");
+        line("pl_ldmatrix_x2(" + fb + "[" + tn + "], " + btile + " + (pl_n0 + " + tn + " * 8 + l8) * " +
+             std::to_string(b_ld) + " + " + kk + " * 16 + (q & 1) * 8);");
       else
-        line("pl_ldmatrix_x2_trans(fb[" + tn + "], " + btile + " + (kk * 16 + (q & 1) * 8 + l8) * " +
+        line("pl_ldmatrix_x2_trans(" + fb + "[" + tn + "], " + btile + " + (" + kk + " * 16 + (q & 1) * 8 + l8) * " +
              std::to_string(b_ld) + " + pl_n0 + " + tn + " * 8);");
     }
+  };
+  auto mmas = [&](const std::string& fa, const std::string& fb) {
+    line("#pragma unroll");
+    open("for (int tm = 0; tm < " + std::to_string(TM) + "; ++tm)");
+    line("#pragma unroll");
+    line("for (int tn = 0; tn < " + std::to_string(TN) + "; ++tn) " + mma + "(&" + name(r) + "[(tm * " +
+         std::to_string(TN) + " + tn) * 4], " + fa + "[tm], " + fb + "[tn]);");
+    close();
+  };
+  const bool double_buffered = ksteps <= 32 && TM * 4 + TN * 2 <= 48;
+  max_fragment_regs_ = std::max<int64_t>(max_fragment_regs_, (TM * 4 + TN * 2) * (double_buffered ? 2 : 1));
+  if (double_buffered) {
+    // Fragments double-buffered across k-steps: step kk + 1's loads are issued before step kk's
+    // mmas, so their latency overlaps the tensor-core work.
+    line("unsigned fa[2][" + std::to_string(TM) + "][4], fb[2][" + std::to_string(TN) + "][2];");
+    load_fragments("0", "fa[0]", "fb[0]");
+    line("#pragma unroll");
+    open("for (int kk = 0; kk < " + std::to_string(ksteps) + "; ++kk)");
+    open("if (kk + 1 < " + std::to_string(ksteps) + ")");
+    load_fragments("(kk + 1)", "fa[(kk + 1) & 1]", "fb[(kk + 1) & 1]");
+    close();
+    mmas("fa[kk & 1]", "fb[kk & 1]");
+    close();
+  } else {
+    line(a_in_registers || ksteps <= 16 ? "#pragma unroll" : "#pragma unroll 4");
+    open("for (int kk = 0; kk < " + std::to_string(ksteps) + "; ++kk)");
+    line("unsigned fa[" + std::to_string(TM) + "][4], fb[" + std::to_string(TN) + "][2];");
+    load_fragments("kk", "fa", "fb");
+    mmas("fa", "fb");
+    close();
   }
-  line("#pragma unroll");
-  open("for (int tm = 0; tm < " + std::to_string(TM) + "; ++tm)");
-  line("#pragma unroll");
-  line("for (int tn = 0; tn < " + std::to_string(TN) + "; ++tn) " + mma + "(&" + name(r) + "[(tm * " +
-       std::to_string(TN) + " + tn) * 4], fa[tm], fb[tn]);");
-  close();
-  close();
   close();
   // The staged tiles are free again once every warp is done (homes are guarded where refilled).
   if (a_stage + b_stage > 0) barrier();

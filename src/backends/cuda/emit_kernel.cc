@@ -1,6 +1,7 @@
 // The CUDA emitter's driver: the kernel's signature, program-id decoding from the launch grid,
 // scratch acquisition, the shared helpers, and structured control flow.
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <iomanip>
 
@@ -402,7 +403,22 @@ GeneratedKernel Emitter::run() {
         break;
     }
   }
-  src << "\nextern \"C\" __global__ void __launch_bounds__(" << threads_ << ") " << g.entry << "(";
+  // Blocks per multiprocessor to keep registers for: 2 for tensor-core kernels (a block waiting at
+  // a barrier then has another to overlap with), 1 otherwise. PALLADIUM_CUDA_MIN_BLOCKS overrides.
+  // The estimate: the tensor-core dots' accumulators (all live at once, as in a loop carrying
+  // them) plus the largest dot's fragments.
+  int64_t reg_estimate = max_fragment_regs_ + 16;
+  std::function<void(const ir::Region&)> count = [&](const ir::Region& r) {
+    for (const ir::Inst& in : r.body) {
+      if (in.op == ir::Op::Dot && layout_of(in.results[0]).kind == LayoutKind::Mma) reg_estimate += layout_of(in.results[0]).slots;
+      for (const ir::Region& sub : in.regions) count(sub);
+    }
+  };
+  count(k_.body);
+  int min_blocks = max_fragment_regs_ > 0 && reg_estimate <= 120 ? 2 : 1;
+  if (const char* env = std::getenv("PALLADIUM_CUDA_MIN_BLOCKS"); env && *env) min_blocks = std::max(1, std::atoi(env));
+  src << wgmma_functions();
+  src << "\nextern \"C\" __global__ void __launch_bounds__(" << threads_ << ", " << min_blocks << ") " << g.entry << "(";
   for (size_t i = 0; i < k_.refs.size(); ++i) {
     const ir::RefParam& p = k_.refs[i];
     src << (i ? ",\n    " : "\n    ") << (p.is_output ? "" : "const ") << mem_type(p.dtype) << "* "
@@ -412,7 +428,7 @@ GeneratedKernel Emitter::run() {
       << "unsigned char* pl_scratch_base, unsigned long long pl_scratch_stride, unsigned* pl_slot_flags, "
          "int pl_num_slots"
       << (debug_prints_.empty() ? "" : ", unsigned char* pl_debug") << ") {\n";
-  src << "  extern __shared__ __align__(128) unsigned char pl_smem[];\n";
+  src << "  extern __shared__ __align__(1024) unsigned char pl_smem[];\n";
   src << "  const long long pl_linear = (long long)blockIdx.x + (long long)blockIdx.y * gridDim.x;\n";
   src << "  if (pl_linear >= " << g.num_programs << "ll) return;\n";
   // Program ids: row-major over the grid, the last axis fastest.

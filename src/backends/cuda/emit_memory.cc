@@ -144,6 +144,50 @@ void Emitter::emit_home_fill(const ir::Inst& in, const SmemTile& tile, const std
   }
   const bool contiguous = array_of_value1 == p.array_shape.size() - 1 && cols % 8 == 0;
   const std::string ptr = "pl_ref" + std::to_string(in.i0);
+  // Element offset between consecutive rows of the tile (array stride of the value's dimension 0
+  // times its index stride).
+  int64_t row_step = 0;
+  {
+    const std::vector<int64_t> astride = strides_of(p.array_shape);
+    size_t rd = 0, vd = 0;
+    for (size_t ad = 0; ad < p.array_shape.size(); ++ad) {
+      if (p.squeezed[ad]) continue;
+      if (!in.index[rd].scalar && vd++ == 0) row_step = astride[ad] * in.index[rd].stride;
+      ++rd;
+    }
+  }
+  if (contiguous && row_step % 8 == 0) {
+    // The whole tile inside the array and 16-byte aligned (the common, interior case): one
+    // cp.async per chunk with no per-chunk checks.
+    const int64_t chunks = rows * cols / 8;
+    line("long long pl_base = 0;");
+    line("bool pl_inside = true;");
+    for (int corner = 0; corner < 2; ++corner) {
+      const std::string r = corner ? std::to_string(rows - 1) : "0", c = corner ? std::to_string(cols - 1) : "0";
+      Address a = address_of(*this, in, [&](size_t j) { return j == 0 ? r : c; });
+      open("");
+      for (const std::string& l : a.lines) line(l);
+      line("pl_inside = pl_inside && (" + a.in_bounds + ");");
+      if (!corner) line("pl_base = " + a.offset + ";");
+      close();
+    }
+    open("if (pl_inside && (pl_base & 7) == 0)");
+    const std::string per = std::to_string(cols / 8);
+    if (chunks % threads_ == 0) {
+      line("#pragma unroll");
+      open("for (int j = 0; j < " + std::to_string(chunks / threads_) + "; ++j)");
+      line("const int q = pl_tid() + j * " + std::to_string(threads_) + ";");
+    } else {
+      open("for (int q = pl_tid(); q < " + std::to_string(chunks) + "; q += " + std::to_string(threads_) + ")");
+    }
+    line("const int r = q / " + per + ", c = (q % " + per + ") * 8;");
+    const std::string dst = tile.swizzled ? "(char*)(" + home + ") + pl_swz_chunk(r, c >> 3, " + std::to_string(rows) + ")"
+                                          : home + " + r * " + std::to_string(tile.row_stride()) + " + c";
+    line("pl_cp_async16(" + dst + ", " + ptr + " + pl_base + (long long)r * " + std::to_string(row_step) + " + c, 16);");
+    close();
+    close("} else {");
+    ++indent_;
+  }
   if (contiguous) {
     const int64_t chunks = rows * cols / 8;
     open("for (int q = pl_tid(); q < " + std::to_string(chunks) + "; q += " + std::to_string(threads_) + ")");
@@ -151,7 +195,8 @@ void Emitter::emit_home_fill(const ir::Inst& in, const SmemTile& tile, const std
     Address a = address_of(*this, in, [](size_t j) { return j == 0 ? std::string("r") : std::string("c"); });
     for (const std::string& s : a.lines) line(s);
     const std::string last = "pl_g" + std::to_string(p.array_shape.size() - 1);
-    line("pl_u16* dst = " + home + " + r * " + std::to_string(tile.row_stride()) + " + c;");
+    line("pl_u16* dst = " + (tile.swizzled ? "(pl_u16*)((char*)(" + home + ") + pl_swz_chunk(r, c >> 3, " + std::to_string(rows) + "))"
+                                             : home + " + r * " + std::to_string(tile.row_stride()) + " + c") + ";");
     line("const long long off = " + a.offset + ";");
     open("if ((" + a.in_bounds + ") && " + last + " + 7 < " + std::to_string(p.array_shape.back()) + " && (off & 7) == 0)");
     line("pl_cp_async16(dst, " + ptr + " + off, 16);");
@@ -164,13 +209,15 @@ void Emitter::emit_home_fill(const ir::Inst& in, const SmemTile& tile, const std
     close();
     close();
     close();
+    if (row_step % 8 == 0) close();  // the checked path of the interior test
   } else {
     open("for (int q = pl_tid(); q < " + std::to_string(rows * cols) + "; q += " + std::to_string(threads_) + ")");
     line("const int r = q / " + std::to_string(cols) + ", c = q % " + std::to_string(cols) + ";");
     Address a = address_of(*this, in, [](size_t j) { return j == 0 ? std::string("r") : std::string("c"); });
     for (const std::string& s : a.lines) line(s);
-    line(home + "[r * " + std::to_string(tile.row_stride()) + " + c] = (" + a.in_bounds + ") ? " + ptr + "[" +
-         a.offset + "] : (pl_u16)0;");
+    const std::string dst = tile.swizzled ? "*(pl_u16*)((char*)(" + home + ") + pl_swz_offset(r, c, " + std::to_string(rows) + "))"
+                                          : home + "[r * " + std::to_string(tile.row_stride()) + " + c]";
+    line(dst + " = (" + a.in_bounds + ") ? " + ptr + "[" + a.offset + "] : (pl_u16)0;");
     close();
   }
 }
@@ -212,7 +259,7 @@ std::vector<const ir::Inst*> Emitter::prefetched_loads(const ir::Inst& loop) con
 std::string Emitter::home_buffer(ir::ValueId v, const std::string& iteration, const std::string& lo) const {
   const SmemTile& tile = smem_home.at(v);
   return "((pl_u16*)(pl_smem + " + std::to_string(tile.offset) + ")) + ((" + iteration + " - " + lo + ") % " +
-         std::to_string(stages_) + ") * " + std::to_string(tile.rows * tile.row_stride());
+         std::to_string(stages_) + ") * " + std::to_string(tile.bytes() / 2);
 }
 
 // Before a loop: the tiles of its first stages - 1 iterations, one cp.async group per iteration.
@@ -243,6 +290,7 @@ void Emitter::emit_smem_load(const ir::Inst& in, const SmemTile& tile) {
     close();
     line("pl_cp_async_commit();");
     line("pl_cp_async_wait<0>();");
+    if (!wgmma_dots_.empty()) line("pl_fence_proxy_async();");  // cp.async writes -> tensor-core reads
     barrier();
     return;
   }
@@ -256,6 +304,7 @@ void Emitter::emit_smem_load(const ir::Inst& in, const SmemTile& tile) {
                     hi = name(loop.operands[1]) + "[0]";
   if (loads.front() == &in) {
     line("pl_cp_async_wait<" + std::to_string(stages_ - 2) + ">();");
+    if (!wgmma_dots_.empty()) line("pl_fence_proxy_async();");
     barrier();
     open("");
     line("const " + reg_type(type(body.args[0]).dtype) + " pl_nx = " + i + " + " + std::to_string(stages_ - 1) + ";");

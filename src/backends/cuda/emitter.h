@@ -44,11 +44,14 @@ struct Layout {
 
 // A shared-memory tile holding a 16-bit dot operand in its natural row-major form, rows padded by
 // 8 elements (16 bytes) so that ldmatrix row addresses fall in distinct banks.
+// Or, for wgmma operands, "swizzled" (device/cuda/pl_wgmma.h): 128-byte-swizzled 8-row atoms in
+// 64-column blocks, no padding.
 struct SmemTile {
   int64_t offset = 0;        // bytes into dynamic shared memory
   int64_t rows = 0, cols = 0;
-  int64_t row_stride() const { return cols + 8; }
-  int64_t bytes() const { return rows * row_stride() * 2; }
+  bool swizzled = false;
+  int64_t row_stride() const { return cols + 8; }  // padded format, in elements
+  int64_t bytes() const { return swizzled ? rows * cols * 2 : rows * row_stride() * 2; }
 };
 
 // Shared memory kept free of planned tiles: static __shared__ variables of the generated kernel.
@@ -116,6 +119,15 @@ class Emitter {
   void emit_memory(const ir::Inst& in);               // emit_memory.cc
   void emit_smem_load(const ir::Inst& in, const SmemTile& tile);
   void emit_dot(const ir::Inst& in);                  // emit_dot.cc
+  // Dots on Hopper's warpgroup MMA (emit_wgmma.cc): chosen in planning, their operand homes swizzled.
+  std::set<const ir::Inst*> wgmma_dots_;
+  std::set<std::string> wgmma_variants_;              // instruction wrappers the kernel needs
+  std::set<ir::ValueId> swizzled_homes_;
+  bool wgmma_candidate(const ir::Inst& dot) const;    // shape, dtype and target allow it
+  void choose_wgmma(std::vector<std::pair<ir::ValueId, bool>>& homes);
+  void emit_wgmma(const ir::Inst& in, ir::ValueId a, ir::ValueId b, bool ta, bool tb);
+  std::string wgmma_functions() const;
+  std::string home_element(ir::ValueId v, const std::string& r, const std::string& c) const;  // lvalue
   void emit_home_store(ir::ValueId v);
   void emit_control(const ir::Inst& in);              // emit_kernel.cc
 
@@ -141,6 +153,7 @@ class Emitter {
   std::vector<const ir::Inst*> prefetched_loads(const ir::Inst& loop) const;
   // The home buffer of a prefetched value for loop index `iteration` (a ring of stages_ buffers).
   std::string home_buffer(ir::ValueId v, const std::string& iteration, const std::string& lo) const;
+  int64_t max_fragment_regs_ = 0;        // registers of the largest dot's mma fragments
   int stages_ = 3;                        // pipeline depth of prefetched loads (buffers per home)
   // Adds folded into a dot's accumulator: add result -> the dot it aliases.
   std::map<ir::ValueId, ir::ValueId> alias_of;

@@ -61,8 +61,9 @@ void Emitter::find_prefetches(const std::vector<std::pair<ir::ValueId, bool>>& h
         position[&body.body[i]] = i;
         for (ir::ValueId v : body.body[i].results) local[v] = &body.body[i];
       }
-      for (const auto& [v, plain_load] : homes) {
-        if (!plain_load || !local.count(v)) continue;
+      for (const auto& home : homes) {
+        const ir::ValueId v = home.first;  // a plain variable: clang 14 cannot capture structured bindings
+        if (!home.second || !local.count(v)) continue;
         const ir::Inst& load = *local[v];
         std::set<const ir::Inst*> slice;
         std::function<bool(ir::ValueId)> pure = [&](ir::ValueId x) {
@@ -154,6 +155,10 @@ void Emitter::plan() {
   std::set<Shape> mma_shapes;
   for (const ir::Inst* d : dots)
     if (mma_capable(k_, *d, params_)) mma_shapes.insert(type(d->results[0]).shape);
+  // Results of dots that may run on wgmma get one warp per 16 rows (the wgmma accumulator layout).
+  std::set<Shape> wgmma_shapes;
+  for (const ir::Inst* d : dots)
+    if (mma_capable(k_, *d, params_) && wgmma_candidate(*d)) wgmma_shapes.insert(type(d->results[0]).shape);
   // Rows that want a RowSlice layout: some rank-1 [M] (or [M, 1]) tile exists beside an [M, N] dot.
   auto wants_rows = [&](int64_t m) { return shapes.count(Shape{m}) || shapes.count(Shape{m, 1}); };
 
@@ -169,7 +174,7 @@ void Emitter::plan() {
     const int64_t m = s[0], n = s[1];
     if (m % 16 || n % 8 || m * n / threads_ > kMaxMmaSlots) continue;
     int wm = 0;
-    if (wants_rows(m) && m / 16 >= warps) {
+    if ((wants_rows(m) && m / 16 >= warps) || wgmma_shapes.count(s)) {
       wm = warps;
     } else {  // the squarest warp tile that divides evenly
       int64_t best = -1;
@@ -269,6 +274,7 @@ void Emitter::plan() {
     if (plain_load || invariant) homes.emplace_back(v, plain_load);
   }
   find_prefetches(homes);
+  choose_wgmma(homes);
   // Offsets of the homes (a ring of stages_ buffers for prefetched loads). Over budget, use fewer
   // stages, then no prefetching, then no homes (operands are then staged per dot).
   stages_ = params_.num_stages > 1 ? std::min(params_.num_stages, 8) : 3;
@@ -281,6 +287,8 @@ void Emitter::plan() {
       SmemTile tile;
       tile.rows = type(v).shape[0];
       tile.cols = type(v).shape[1];
+      tile.swizzled = swizzled_homes_.count(v) > 0;
+      offset = align_up(offset, tile.swizzled ? 1024 : 128);  // swizzle atoms are 1024-byte aligned
       tile.offset = offset;
       offset = align_up(offset + tile.bytes() * (prefetch.count(v) ? stages_ : 1), 128);
       smem_home[v] = tile;
@@ -299,6 +307,8 @@ void Emitter::plan() {
   }
   if (smem_homes_bytes_ > budget) {
     homes.clear();
+    wgmma_dots_.clear();
+    swizzled_homes_.clear();
     smem_homes_bytes_ = assign_offsets();
   }
 

@@ -1,0 +1,345 @@
+// CUDA backend benchmarks, printed as one table (run on a GPU; peers run in the same job by
+// tools/gpu_run.sh):
+//   - f32 vector add of 2^28 elements as a Palladium kernel vs the device-to-device copy bandwidth;
+//   - bf16 matmul 8192^3 as a Palladium kernel vs cuBLASLt called from this binary;
+//   - the seed attention forward (ops::mha), bf16, batch*seq = 16384, hidden 2048;
+//   - compile time of the attention kernel, cold and from the disk cache;
+//   - the launch overhead of a tiny kernel.
+// Kernel times are CUDA-event medians around each launch (the backend's launch timing); "call"
+// times are host wall-clock per pallas_call including tracing-cache lookups and allocation.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <palladium/device.h>
+#include <palladium/palladium.h>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/device_runtime.h"
+#include "ops/attention.h"
+
+#ifdef PL_HAVE_CUBLASLT
+#include <cublasLt.h>
+#endif
+
+namespace pl = palladium;
+namespace jnp = palladium::jnp;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Device time of `launch` (one pallas_call): the median over `iters` of the event-timed launch.
+double kernel_ms(const std::function<void()>& launch, int warmup, int iters) {
+  for (int i = 0; i < warmup; ++i) launch();
+  std::vector<double> t;
+  for (int i = 0; i < iters; ++i) {
+    launch();
+    t.push_back(palladium::cuda::last_launch_ms());
+  }
+  return median(t);
+}
+
+// Device time of arbitrary queued work, by events around `iters` repetitions, median of 5.
+double events_ms(const std::function<void()>& work, int iters) {
+  const palladium::cuda::DriverApi& d = *palladium::cuda::driver();
+  palladium::cuda::CUevent a, b;
+  d.cuEventCreate(&a, 0);
+  d.cuEventCreate(&b, 0);
+  work();
+  std::vector<double> t;
+  for (int r = 0; r < 5; ++r) {
+    d.cuEventRecord(a, nullptr);
+    for (int i = 0; i < iters; ++i) work();
+    d.cuEventRecord(b, nullptr);
+    d.cuEventSynchronize(b);
+    float ms = 0;
+    d.cuEventElapsedTime(&ms, a, b);
+    t.push_back(ms / iters);
+  }
+  d.cuEventDestroy(a);
+  d.cuEventDestroy(b);
+  return median(t);
+}
+
+struct Row {
+  std::string what, shape, system;
+  double ms;
+  std::string rate;
+};
+std::vector<Row> rows;
+
+void report(const std::string& what, const std::string& shape, const std::string& system, double ms,
+            const std::string& rate) {
+  rows.push_back({what, shape, system, ms, rate});
+  std::printf("ROW %-22s %-28s %-34s %9.3f ms %s\n", what.c_str(), shape.c_str(), system.c_str(), ms, rate.c_str());
+  std::fflush(stdout);
+}
+std::string tflops(double flops, double ms) { return std::to_string(static_cast<int>(flops / ms / 1e9)) + " TFLOP/s"; }
+std::string gbps(double bytes, double ms) { return std::to_string(static_cast<int>(bytes / ms / 1e6)) + " GB/s"; }
+
+pl::Device gpu() { return pl::cuda_device(0); }
+
+// ---------------------------------------------------------------- memory bound
+
+void bench_add() {
+  const int64_t n = int64_t{1} << 28;
+  pl::Array x = pl::to_device(pl::random::normal(pl::random::key(1), {n}), gpu());
+  pl::Array y = pl::to_device(pl::random::normal(pl::random::key(2), {n}), gpu());
+  // Device-to-device copy of the same bytes: the ceiling, measured in this run.
+  pl::Array dst = pl::empty({n}, pl::f32, gpu());
+  const auto& d = *palladium::cuda::driver();
+  const double copy = events_ms([&] {
+    d.cuMemcpyDtoDAsync(reinterpret_cast<palladium::cuda::CUdeviceptr>(dst.data()),
+                        reinterpret_cast<palladium::cuda::CUdeviceptr>(x.data()), static_cast<size_t>(n) * 4, nullptr);
+  }, 10);
+  report("d2d copy f32", "2^28", "cuMemcpyDtoDAsync", copy, gbps(8.0 * n, copy));
+  for (int64_t block : {2048, 8192, 32768}) {
+    auto add = pl::pallas_call(
+        [](pl::Ref a, pl::Ref b, pl::Ref o) { o[pl::all] = a[pl::all] + b[pl::all]; }, pl::ShapeDtype({n}, pl::f32),
+        {.grid = {n / block},
+         .in_specs = {pl::BlockSpec({block}, [](pl::Index i) { return pl::idx(i); }),
+                      pl::BlockSpec({block}, [](pl::Index i) { return pl::idx(i); })},
+         .out_specs = {pl::BlockSpec({block}, [](pl::Index i) { return pl::idx(i); })},
+         .backend = "cuda"});
+    pl::Array out = add(x, y);
+    if (block == 8192) {
+      pl::Array h = pl::to_host(out), hx = pl::to_host(x), hy = pl::to_host(y);
+      double err = 0;
+      for (int64_t i = 0; i < n; i += 4099) err = std::max(err, std::fabs(h.get(i) - hx.get(i) - hy.get(i)));
+      std::printf("CHECK add max abs err (sampled) %.2e\n", err);
+    }
+    const double ms = kernel_ms([&] { out = add(x, y); }, 3, 20);
+    report("add f32", "2^28 block " + std::to_string(block), "palladium cuda", ms,
+           gbps(12.0 * n, ms) + " (" + std::to_string(static_cast<int>(100 * (12.0 * n / ms) / (8.0 * n / copy))) +
+               "% of copy)");
+  }
+}
+
+// ---------------------------------------------------------------- matmul
+
+pl::Callable<pl::Array> matmul_call(int64_t n, int64_t bm, int64_t bn, int64_t bk, int warps, int stages) {
+  auto kernel = [n, bk, bm, bn](pl::Ref x_ref, pl::Ref y_ref, pl::Ref o_ref) {
+    pl::Value acc = jnp::zeros({bm, bn}, pl::f32);
+    acc = pl::lax::fori_loop(0, n / bk, [&](pl::Value i, pl::Value a) {
+      pl::Value x = x_ref(pl::slice(), pl::ds(i * bk, bk));
+      pl::Value y = y_ref(pl::ds(i * bk, bk), pl::slice());
+      return a + pl::dot(x, y);
+    }, acc);
+    o_ref[pl::all] = acc.astype(pl::bf16);
+  };
+  return pl::pallas_call(
+      kernel, pl::ShapeDtype({n, n}, pl::bf16),
+      {.grid = {n / bm, n / bn},
+       .in_specs = {pl::BlockSpec({bm, n}, [](pl::Index i, pl::Index) { return pl::idx(i, 0); }),
+                    pl::BlockSpec({n, bn}, [](pl::Index, pl::Index j) { return pl::idx(0, j); })},
+       .out_specs = {pl::BlockSpec({bm, bn}, [](pl::Index i, pl::Index j) { return pl::idx(i, j); })},
+       .name = "matmul",
+       .debug = std::getenv("PL_BENCH_DEBUG") != nullptr,
+       .backend = "cuda",
+       .compiler_params = {.num_warps = warps, .num_stages = stages}});
+}
+
+#ifdef PL_HAVE_CUBLASLT
+// C (row-major n x n, bf16) = A @ B through cuBLASLt: column-major C^T = B^T A^T.
+struct Cublas {
+  cublasLtHandle_t h = nullptr;
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  void* workspace = nullptr;
+  size_t ws = 64u << 20;
+  bool ok = false;
+  explicit Cublas(int64_t n) {
+    if (cublasLtCreate(&h) != CUBLAS_STATUS_SUCCESS) return;
+    cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, n, n, n);
+    cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, n, n, n);
+    cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, n, n, n);
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    cublasLtMatmulHeuristicResult_t res{};
+    int found = 0;
+    cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, lc, pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (found < 1) return;
+    algo = res.algo;
+    workspace = reinterpret_cast<void*>(palladium::cuda::allocate(0, ws));
+    ok = true;
+  }
+  void run(const void* a, const void* b, void* c) {
+    const float alpha = 1.0f, beta = 0.0f;
+    cublasLtMatmul(h, op, &alpha, b, la, a, lb, &beta, c, lc, c, lc, &algo, workspace, ws, nullptr);
+  }
+};
+#endif
+
+void bench_matmul() {
+  const int64_t n = 8192;
+  const double flops = 2.0 * n * n * n;
+  pl::Array a = pl::to_device(pl::random::normal(pl::random::key(3), {n, n}, pl::bf16), gpu());
+  pl::Array b = pl::to_device(pl::random::normal(pl::random::key(4), {n, n}, pl::bf16), gpu());
+  pl::Array ref;
+#ifdef PL_HAVE_CUBLASLT
+  Cublas blas(n);
+  if (blas.ok) {
+    ref = pl::empty({n, n}, pl::bf16, gpu());
+    const double ms = events_ms([&] { blas.run(a.data(), b.data(), ref.data()); }, 10);
+    report("matmul bf16", "8192^3", "cuBLASLt (same binary)", ms, tflops(flops, ms));
+  }
+#endif
+  struct Config { int64_t bm, bn, bk; int warps, stages; };
+  // 8 warps per 128 rows (16 per 256) run on wgmma (sm_90a); 4 warps per 128 rows on mma.sync.
+  for (Config c : {Config{128, 128, 64, 8, 3}, Config{128, 128, 64, 8, 4}, Config{128, 256, 64, 8, 3},
+                   Config{256, 128, 64, 16, 3}, Config{128, 128, 64, 4, 3}}) {
+    try {
+      auto mm = matmul_call(n, c.bm, c.bn, c.bk, c.warps, c.stages);
+      pl::Array out = mm(a, b);
+      if (ref.defined()) {
+        // Sampled relative error against cuBLAS (both bf16 outputs of f32 accumulation).
+        pl::Array h = pl::to_host(out), r = pl::to_host(ref);
+        double num = 0, den = 0;
+        for (int64_t i = 0; i < n * n; i += 997) {
+          num += std::pow(h.get(i) - r.get(i), 2);
+          den += std::pow(r.get(i), 2);
+        }
+        std::printf("CHECK matmul %ldx%ldx%ld w%d vs cuBLAS rel err %.2e\n", static_cast<long>(c.bm),
+                    static_cast<long>(c.bn), static_cast<long>(c.bk), c.warps, std::sqrt(num / den));
+      }
+      const double ms = kernel_ms([&] { out = mm(a, b); }, 2, 10);
+      report("matmul bf16", "8192^3", "palladium " + std::to_string(c.bm) + "x" + std::to_string(c.bn) + "x" +
+                                          std::to_string(c.bk) + " w" + std::to_string(c.warps) + " s" +
+                                          std::to_string(c.stages), ms, tflops(flops, ms));
+    } catch (const std::exception& e) {
+      std::printf("FAIL matmul config: %s\n", e.what());
+    }
+  }
+}
+
+// ---------------------------------------------------------------- attention
+
+void bench_attention() {
+  for (int64_t d : {64, 128}) {
+    for (int64_t seq : {2048, 8192}) {
+      const int64_t batch = 16384 / seq, heads = 2048 / d;
+      pl::Shape shape{batch, seq, heads, d};
+      pl::Array q = pl::to_device(pl::random::normal(pl::random::key(5), shape, pl::bf16), gpu());
+      pl::Array k = pl::to_device(pl::random::normal(pl::random::key(6), shape, pl::bf16), gpu());
+      pl::Array v = pl::to_device(pl::random::normal(pl::random::key(7), shape, pl::bf16), gpu());
+      for (bool causal : {false, true}) {
+        const double flops = 4.0 * batch * heads * seq * seq * d / (causal ? 2 : 1);
+        const std::string tag = "b" + std::to_string(batch) + " s" + std::to_string(seq) + " h" +
+                                std::to_string(heads) + " d" + std::to_string(d) + " c" + std::to_string(causal);
+        for (int64_t bk : {64, 128}) {
+          pl::ops::MhaOptions o{.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
+                                .causal = causal, .block_q = 128, .block_k = bk, .backend = "cuda"};
+          try {
+            pl::Array out;
+            const double ms = kernel_ms([&] { out = pl::ops::mha(q, k, v, pl::Array(), o); }, 2, 10);
+            report("attn fwd", tag, "palladium mha bq128 bk" + std::to_string(bk), ms, tflops(flops, ms));
+          } catch (const std::exception& e) {
+            std::printf("FAIL attention %s bk%ld: %s\n", tag.c_str(), static_cast<long>(bk), e.what());
+          }
+        }
+      }
+    }
+  }
+}
+
+// Compile time of the attention kernel: the first call in this process (device already
+// initialised). With an empty cache directory that is trace + codegen + NVRTC + module load
+// ("compile"); run again as a second process on the same directory ("compile-disk") it is
+// trace + codegen + disk-cache read + module load. The repeat call hits the library's cached
+// pallas_call (no compile at all).
+void bench_compile(bool from_disk) {
+  pl::Shape shape{1, 2048, 16, 128};
+  pl::Array q = pl::to_device(pl::random::normal(pl::random::key(8), shape, pl::bf16), gpu());
+  pl::ops::MhaOptions o{.sm_scale = 0.088f, .causal = true, .block_q = 128, .block_k = 64, .backend = "cuda"};
+  pl::synchronize(gpu());
+  auto t0 = Clock::now();
+  pl::Array out = pl::ops::mha(q, q, q, pl::Array(), o);
+  pl::synchronize(gpu());
+  const double first = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  report("compile attn fwd", "d128 causal bq128 bk64",
+         from_disk ? "first call, from disk cache (trace+codegen+read+load)" : "first call, cold (trace+codegen+NVRTC+load)",
+         first, "");
+  t0 = Clock::now();
+  out = pl::ops::mha(q, q, q, pl::Array(), o);
+  pl::synchronize(gpu());
+  const double again = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  report("compile attn fwd", "d128 causal bq128 bk64", "repeat call (cached pallas_call)", again, "");
+}
+
+void bench_launch() {
+  pl::Array x = pl::to_device(pl::arange(32, pl::f32), gpu());
+  auto tiny = pl::pallas_call([](pl::Ref a, pl::Ref o) { o[pl::all] = a[pl::all] + 1.0f; }, pl::ShapeDtype({32}, pl::f32),
+                              {.name = "tiny", .backend = "cuda"});
+  pl::Array y = tiny(x);
+  palladium::cuda::set_launch_timing(false);
+  pl::synchronize(gpu());
+  const int n = 2000;
+  auto t0 = Clock::now();
+  for (int i = 0; i < n; ++i) y = tiny(x);
+  pl::synchronize(gpu());
+  const double per_call = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / n;
+  report("launch tiny kernel", "f32[32]", "pallas_call, device arrays (host)", per_call, "");
+  palladium::cuda::set_launch_timing(true);
+  const double dev = kernel_ms([&] { y = tiny(x); }, 5, 50);
+  report("launch tiny kernel", "f32[32]", "device time of the kernel", dev, "");
+  t0 = Clock::now();
+  pl::Array host_x = pl::arange(32, pl::f32);
+  palladium::cuda::set_launch_timing(false);
+  for (int i = 0; i < 200; ++i) y = tiny(host_x);
+  const double host_call = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / 200;
+  report("launch tiny kernel", "f32[32]", "pallas_call, host arrays (copies)", host_call, "");
+  palladium::cuda::set_launch_timing(true);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!pl::cuda_unavailable_reason().empty()) {
+    std::printf("no CUDA device: %s\n", pl::cuda_unavailable_reason().c_str());
+    return 0;
+  }
+  // The kernel cache: PL_BENCH_CACHE_DIR (shared by a "compile" run and a later "compile-disk"
+  // run), else a fresh directory, so the compile benchmark starts cold.
+  std::string cache = (std::filesystem::temp_directory_path() / ("pl-bench-cache-" + std::to_string(::getpid()))).string();
+  if (const char* d = std::getenv("PL_BENCH_CACHE_DIR"); d && *d) cache = d;
+  setenv("PALLADIUM_CACHE_DIR", cache.c_str(), 1);
+  std::printf("device: %s\n", pl::device_description(gpu()).c_str());
+  palladium::cuda::set_launch_timing(true);
+  std::vector<std::string> parts;
+  for (int i = 1; i < argc; ++i) parts.emplace_back(argv[i]);
+  if (parts.empty()) parts = {"compile", "add", "matmul", "attention", "launch"};
+  for (const std::string& p : parts) {
+    try {
+      if (p == "compile") bench_compile(false);
+      else if (p == "compile-disk") bench_compile(true);
+      else if (p == "add") bench_add();
+      else if (p == "matmul") bench_matmul();
+      else if (p == "attention") bench_attention();
+      else if (p == "launch") bench_launch();
+    } catch (const std::exception& e) {
+      std::printf("FAIL %s: %s\n", p.c_str(), e.what());
+    }
+  }
+  std::printf("\n| benchmark | shape | system | ms | rate |\n|---|---|---|---|---|\n");
+  for (const Row& r : rows)
+    std::printf("| %s | %s | %s | %.3f | %s |\n", r.what.c_str(), r.shape.c_str(), r.system.c_str(), r.ms, r.rate.c_str());
+  return 0;
+}

@@ -1,0 +1,70 @@
+// Palladium CUDA device prelude: atomic read-modify-write for every dtype the IR allows on
+// atomics (32- and 64-bit ints and floats); each returns the old value. Float max/min follow the
+// interpreter's std::max/std::min (a NaN operand keeps the old value).
+#pragma once
+#include "cuda/pl_types.h"
+
+PL_DEVICE pl_i32 pl_atomic_add(pl_i32* p, pl_i32 v) { return atomicAdd(p, v); }
+PL_DEVICE pl_u32 pl_atomic_add(pl_u32* p, pl_u32 v) { return atomicAdd(p, v); }
+PL_DEVICE pl_i64 pl_atomic_add(pl_i64* p, pl_i64 v) {
+  return (pl_i64)atomicAdd((pl_u64*)p, (pl_u64)v);
+}
+PL_DEVICE float pl_atomic_add(float* p, float v) { return atomicAdd(p, v); }
+PL_DEVICE double pl_atomic_add(double* p, double v) { return atomicAdd(p, v); }
+
+PL_DEVICE pl_i32 pl_atomic_max(pl_i32* p, pl_i32 v) { return atomicMax(p, v); }
+PL_DEVICE pl_u32 pl_atomic_max(pl_u32* p, pl_u32 v) { return atomicMax(p, v); }
+PL_DEVICE pl_i64 pl_atomic_max(pl_i64* p, pl_i64 v) { return atomicMax(p, v); }
+PL_DEVICE pl_i32 pl_atomic_min(pl_i32* p, pl_i32 v) { return atomicMin(p, v); }
+PL_DEVICE pl_u32 pl_atomic_min(pl_u32* p, pl_u32 v) { return atomicMin(p, v); }
+PL_DEVICE pl_i64 pl_atomic_min(pl_i64* p, pl_i64 v) { return atomicMin(p, v); }
+
+// Compare-and-swap loops for floating point max/min.
+PL_DEVICE float pl_atomic_max(float* p, float v) {
+  unsigned* a = (unsigned*)p;
+  unsigned old = *a, assumed;
+  do {
+    assumed = old;
+    const float cur = __uint_as_float(assumed);
+    const float next = cur < v ? v : cur;
+    if (__float_as_uint(next) == assumed) break;
+    old = atomicCAS(a, assumed, __float_as_uint(next));
+  } while (old != assumed);
+  return __uint_as_float(old);
+}
+PL_DEVICE float pl_atomic_min(float* p, float v) {
+  unsigned* a = (unsigned*)p;
+  unsigned old = *a, assumed;
+  do {
+    assumed = old;
+    const float cur = __uint_as_float(assumed);
+    const float next = v < cur ? v : cur;
+    if (__float_as_uint(next) == assumed) break;
+    old = atomicCAS(a, assumed, __float_as_uint(next));
+  } while (old != assumed);
+  return __uint_as_float(old);
+}
+PL_DEVICE double pl_atomic_max(double* p, double v) {
+  pl_u64* a = (pl_u64*)p;
+  pl_u64 old = *a, assumed;
+  do {
+    assumed = old;
+    const double cur = __longlong_as_double((pl_i64)assumed);
+    const double next = cur < v ? v : cur;
+    if ((pl_u64)__double_as_longlong(next) == assumed) break;
+    old = atomicCAS(a, assumed, (pl_u64)__double_as_longlong(next));
+  } while (old != assumed);
+  return __longlong_as_double((pl_i64)old);
+}
+PL_DEVICE double pl_atomic_min(double* p, double v) {
+  pl_u64* a = (pl_u64*)p;
+  pl_u64 old = *a, assumed;
+  do {
+    assumed = old;
+    const double cur = __longlong_as_double((pl_i64)assumed);
+    const double next = v < cur ? v : cur;
+    if ((pl_u64)__double_as_longlong(next) == assumed) break;
+    old = atomicCAS(a, assumed, (pl_u64)__double_as_longlong(next));
+  } while (old != assumed);
+  return __longlong_as_double((pl_i64)old);
+}

@@ -1,0 +1,103 @@
+// Palladium CUDA device prelude: elementwise semantics shared with the interpreter
+// (src/backends/interp/eval_elementwise.cc): NaN-propagating max/min, wrapping integer
+// arithmetic, division by zero yielding 0 instead of trapping.
+#pragma once
+#include "cuda/pl_types.h"
+
+PL_DEVICE float pl_max(float a, float b) { return (a != a || b != b) ? pl_nan_f() : (a > b ? a : b); }
+PL_DEVICE float pl_min(float a, float b) { return (a != a || b != b) ? pl_nan_f() : (a < b ? a : b); }
+PL_DEVICE double pl_max(double a, double b) { return (a != a || b != b) ? pl_nan_d() : (a > b ? a : b); }
+PL_DEVICE double pl_min(double a, double b) { return (a != a || b != b) ? pl_nan_d() : (a < b ? a : b); }
+template <class T> PL_DEVICE T pl_max(T a, T b) { return a > b ? a : b; }
+template <class T> PL_DEVICE T pl_min(T a, T b) { return a < b ? a : b; }
+
+PL_DEVICE float pl_logistic(float x) { return 1.0f / (1.0f + expf(-x)); }
+PL_DEVICE double pl_logistic(double x) { return 1.0 / (1.0 + exp(-x)); }
+PL_DEVICE float pl_rsqrt(float x) { return 1.0f / sqrtf(x); }
+PL_DEVICE double pl_rsqrt(double x) { return 1.0 / sqrt(x); }
+
+// Integer add/sub/mul/neg wrap at the type's width: computed in the unsigned type of the same
+// width (or in int for 8/16-bit types, then narrowed), never as signed overflow.
+template <class T> struct pl_unsigned_of { typedef unsigned int type; };
+template <> struct pl_unsigned_of<pl_i64> { typedef pl_u64 type; };
+template <> struct pl_unsigned_of<pl_u64> { typedef pl_u64 type; };
+template <class T> PL_DEVICE T pl_wadd(T a, T b) {
+  typedef typename pl_unsigned_of<T>::type U;
+  return (T)((U)a + (U)b);
+}
+template <class T> PL_DEVICE T pl_wsub(T a, T b) {
+  typedef typename pl_unsigned_of<T>::type U;
+  return (T)((U)a - (U)b);
+}
+template <class T> PL_DEVICE T pl_wmul(T a, T b) {
+  typedef typename pl_unsigned_of<T>::type U;
+  return (T)((U)a * (U)b);
+}
+template <class T> PL_DEVICE T pl_wneg(T a) {
+  typedef typename pl_unsigned_of<T>::type U;
+  return (T)((U)0 - (U)a);
+}
+template <class T> PL_DEVICE T pl_wabs(T a) { return a < (T)0 ? pl_wneg(a) : a; }
+// Division by zero gives 0 (the interpreter reports it); x / -1 wraps (INT_MIN / -1 == INT_MIN)
+// and x % -1 is 0 for the signed types, where hardware division would overflow.
+template <class T> PL_DEVICE T pl_idiv(T a, T b) {
+  if (b == (T)0) return (T)0;
+  if ((T)-1 < (T)0 && b == (T)-1) return pl_wneg(a);
+  return (T)(a / b);
+}
+template <class T> PL_DEVICE T pl_irem(T a, T b) {
+  if (b == (T)0) return (T)0;
+  if ((T)-1 < (T)0 && b == (T)-1) return (T)0;
+  return (T)(a % b);
+}
+
+// float -> integer casts truncate toward zero and saturate to the type's range; NaN gives 0.
+template <class T> struct pl_int_range;
+#define PL_INT_RANGE(T, LO, HI, MIN, MAX)                  \
+  template <> struct pl_int_range<T> {                     \
+    static constexpr double lo = LO, hi = HI;              \
+    static constexpr T min_value = MIN, max_value = MAX;   \
+  };
+PL_INT_RANGE(pl_i8, -128.0, 127.0, -128, 127)
+PL_INT_RANGE(pl_i16, -32768.0, 32767.0, -32768, 32767)
+PL_INT_RANGE(pl_i32, -2147483648.0, 2147483647.0, (-2147483647 - 1), 2147483647)
+PL_INT_RANGE(pl_i64, -9223372036854775808.0, 9223372036854775807.0, (-9223372036854775807ll - 1), 9223372036854775807ll)
+PL_INT_RANGE(pl_u8, 0.0, 255.0, 0, 255)
+PL_INT_RANGE(pl_u32, 0.0, 4294967295.0, 0u, 4294967295u)
+#undef PL_INT_RANGE
+template <class T> PL_DEVICE T pl_f2i(double x) {
+  if (x != x) return (T)0;
+  x = trunc(x);
+  if (x <= pl_int_range<T>::lo) return pl_int_range<T>::min_value;
+  if (x >= pl_int_range<T>::hi) return pl_int_range<T>::max_value;
+  return (T)(pl_i64)x;
+}
+template <class T> PL_DEVICE T pl_f2i(float x) { return pl_f2i<T>((double)x); }
+
+// Argmax/argmin steps: the first index of the extreme value; a NaN wins at its first index.
+template <class T> PL_DEVICE bool pl_isnan(T x) { return x != x; }
+template <class T> PL_DEVICE void pl_argmax_step(T v, int k, T& acc, int& best) {
+  if (pl_isnan(acc)) return;
+  if (pl_isnan(v) || v > acc) { acc = v; best = k; }
+}
+template <class T> PL_DEVICE void pl_argmin_step(T v, int k, T& acc, int& best) {
+  if (pl_isnan(acc)) return;
+  if (pl_isnan(v) || v < acc) { acc = v; best = k; }
+}
+// Combining two partial (value, index) results of disjoint index sets.
+template <class T> PL_DEVICE void pl_argmax_merge(T v, int k, T& acc, int& best) {
+  const bool an = pl_isnan(acc), vn = pl_isnan(v);
+  if (an || vn) {
+    if (vn && (!an || k < best)) { acc = v; best = k; }
+    return;
+  }
+  if (v > acc || (v == acc && k < best)) { acc = v; best = k; }
+}
+template <class T> PL_DEVICE void pl_argmin_merge(T v, int k, T& acc, int& best) {
+  const bool an = pl_isnan(acc), vn = pl_isnan(v);
+  if (an || vn) {
+    if (vn && (!an || k < best)) { acc = v; best = k; }
+    return;
+  }
+  if (v < acc || (v == acc && k < best)) { acc = v; best = k; }
+}

@@ -1,0 +1,123 @@
+// Devices and transfers, device-resident calls, the compile cache, errors and debug output.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "backends/cuda/codegen.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace palladium::cudatest {
+namespace {
+
+TEST(CudaDevice, BackendAvailabilityIsConsistent) {
+  // Without a GPU the backend says why; with one, cuda is the default backend.
+  const std::string why = backend::get("cuda").unavailable_reason();
+  if (mode() == Mode::Gpu) {
+    EXPECT_EQ(why, "");
+    EXPECT_GE(cuda_device_count(), 1);
+    if (const char* env = std::getenv("PALLADIUM_BACKEND"); !env || !*env) {
+      EXPECT_EQ(backend::default_name(), "cuda");
+    }
+  } else if (mode() == Mode::Skip) {
+    EXPECT_NE(why, "");
+  }
+}
+
+TEST(CudaDevice, TransfersRoundTripEveryDtype) {
+  PL_REQUIRE_GPU();
+  for (DType t : {bool_, i8, i16, i32, i64, u8, u32, f16, bf16, f32, f64}) {
+    Array a = normal(1, {3, 129}).astype(t);
+    Array d = to_device(a, cuda_device(0));
+    EXPECT_EQ(d.device(), cuda_device(0));
+    EXPECT_TRUE(agree(to_host(d), a, 0)) << dtype_name(t);
+    EXPECT_TRUE(agree(to_host(to_device(d, cuda_device(0))), a, 0)) << dtype_name(t);
+  }
+  EXPECT_THROW((void)cuda_device(cuda_device_count()), Error);
+}
+
+TEST(CudaDevice, DeviceResidentCallsKeepOutputsOnTheDevice) {
+  PL_REQUIRE_GPU();
+  auto add = pl::pallas_call([](pl::Ref x, pl::Ref y, pl::Ref o) { o[pl::all] = x[pl::all] + y[pl::all]; },
+                             pl::ShapeDtype({1000}, f32), {.backend = "cuda"});
+  Array x = normal(2, {1000}), y = normal(3, {1000});
+  Array on_device = add(to_device(x, cuda_device(0)), to_device(y, cuda_device(0)));
+  EXPECT_EQ(on_device.device().kind, Device::cuda);
+  Array chained = add(on_device, on_device);  // no host round trip in between
+  Array host = add(x, y);
+  EXPECT_EQ(host.device().kind, Device::cpu);
+  EXPECT_TRUE(agree(to_host(on_device), host, 0));
+  EXPECT_TRUE(agree(to_host(chained), add(host, host), 0));
+}
+
+TEST(CudaCompiler, NvrtcFailureNamesKernelAndShowsSource) {
+  PL_REQUIRE_NVRTC();
+  cuda::GeneratedKernel g;
+  g.entry = "broken";
+  g.source = "#include \"cuda/palladium.h\"\nextern \"C\" __global__ void broken() {\n  int x = ;\n}\n";
+  try {
+    cuda::compile_to_cubin(g, "my_kernel", cuda::target_for(9, 0), "", false, false);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("my_kernel"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(">> "), std::string::npos) << msg;      // the marked failing line
+    EXPECT_NE(msg.find("int x = ;"), std::string::npos) << msg;
+  }
+}
+
+TEST(CudaCompiler, DiskCacheHitsAndRejectsCorruptEntries) {
+  PL_REQUIRE_NVRTC();
+  const std::string dir = (std::filesystem::temp_directory_path() / ("pl-cuda-cache-test-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  const char* old = std::getenv("PALLADIUM_CACHE_DIR");
+  const std::string saved = old ? old : "";
+  setenv("PALLADIUM_CACHE_DIR", dir.c_str(), 1);
+  cuda::GeneratedKernel g;
+  g.entry = "k";
+  g.source = "#include \"cuda/palladium.h\"\nextern \"C\" __global__ void k(float* p) { p[0] = 1.0f; }\n";
+  const cuda::Target target = cuda::target_for(9, 0);
+  cuda::CompileResult first = cuda::compile_to_cubin(g, "k", target, "", true, false);
+  cuda::CompileResult second = cuda::compile_to_cubin(g, "k", target, "", true, false);
+  EXPECT_FALSE(first.from_cache);
+  EXPECT_TRUE(second.from_cache);
+  EXPECT_EQ(first.cubin, second.cubin);
+  // Corrupt every entry: the next compile must not load it.
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir))
+    if (f.is_regular_file()) std::ofstream(f.path(), std::ios::binary | std::ios::trunc) << "garbage";
+  cuda::CompileResult third = cuda::compile_to_cubin(g, "k", target, "", true, false);
+  EXPECT_FALSE(third.from_cache);
+  EXPECT_EQ(third.cubin, first.cubin);
+  // A different architecture is a different key.
+  EXPECT_FALSE(cuda::compile_to_cubin(g, "k", cuda::target_for(8, 0), "", true, false).from_cache);
+  if (saved.empty()) unsetenv("PALLADIUM_CACHE_DIR");
+  else setenv("PALLADIUM_CACHE_DIR", saved.c_str(), 1);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CudaCompiler, DebugWritesSourceAndPtx) {
+  PL_REQUIRE_NVRTC();
+  const std::string dir = (std::filesystem::temp_directory_path() / ("pl-cuda-debug-" + std::to_string(::getpid()))).string();
+  setenv("PALLADIUM_DEBUG_DIR", dir.c_str(), 1);
+  testing::internal::CaptureStdout();
+  auto k = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] * 2.0f; }, pl::ShapeDtype({64}, f32),
+                           {.name = "debugged", .debug = true, .backend = "cuda"});
+  Array out = k(normal(4, {64}));
+  const std::string printed = testing::internal::GetCapturedStdout();
+  unsetenv("PALLADIUM_DEBUG_DIR");
+  EXPECT_NE(printed.find(dir + "/pl_debugged.cu"), std::string::npos) << printed;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/pl_debugged.cu"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/pl_debugged.ptx"));
+  std::ifstream ptx(dir + "/pl_debugged.ptx");
+  std::string text((std::istreambuf_iterator<char>(ptx)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find(".entry pl_debugged"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CudaCompiler, CodegenTargetsTheDeviceArchitecture) {
+  EXPECT_EQ(cuda::target_for(9, 0).arch_flag(), "sm_90a");
+  EXPECT_EQ(cuda::target_for(8, 0).arch_flag(), "sm_80");
+  EXPECT_EQ(cuda::target_for(8, 9).arch_flag(), "sm_89");
+}
+
+}  // namespace
+}  // namespace palladium::cudatest

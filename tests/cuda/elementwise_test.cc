@@ -1,0 +1,163 @@
+// Elementwise ops, leaves and casts on every dtype: cuda against the interpreter. Each kernel
+// computes many ops at once (one output each), so one NVRTC compile covers a family.
+#include "tests/cuda/cuda_test_util.h"
+
+namespace palladium::cudatest {
+namespace {
+
+const std::vector<DType> kAll{bool_, i8, i16, i32, i64, u8, u32, f16, bf16, f32, f64};
+const std::vector<DType> kNumeric{i8, i16, i32, i64, u8, u32, f16, bf16, f32, f64};
+
+// Inputs of dtype t: small integers (nonzero when `nonzero`), normal floats.
+Array sample(uint64_t seed, const Shape& shape, DType t, bool nonzero = false) {
+  if (is_float(t)) return normal(seed, shape, t);
+  if (is_bool(t)) return uniform(seed, shape, i8, 0, 2).astype(bool_);
+  const double lo = is_unsigned(t) ? (nonzero ? 1 : 0) : -100, hi = 100;
+  Array a = uniform(seed, shape, i32, lo, hi);
+  if (nonzero && !is_unsigned(t))
+    for (int64_t i = 0; i < a.size(); ++i)
+      if (a.get_int(i) == 0) a.set(i, 7);
+  return a.astype(t);
+}
+
+TEST(CudaElementwise, AddVectors) {
+  PL_REQUIRE_NVRTC();
+  auto kernel = [](pl::Ref x, pl::Ref y, pl::Ref o) { o[pl::all] = x[pl::all] + y[pl::all]; };
+  check_kernel(kernel, {ShapeDtype({8}, i32)}, {}, {pl::arange(8), pl::arange(8)});
+  check_kernel(kernel, {ShapeDtype({1000}, f32)}, {}, {normal(1, {1000}), normal(2, {1000})});
+}
+
+TEST(CudaElementwise, BinaryOpsEveryNumericDtype) {
+  PL_REQUIRE_NVRTC();
+  for (DType t : kNumeric) {
+    SCOPED_TRACE(dtype_name(t));
+    const Shape shape{37, 19};  // not a multiple of anything: partial slots
+    auto kernel = [t](pl::Refs r) {
+      pl::Value a = r[0][pl::all], b = r[1][pl::all];
+      int o = 2;
+      r[o++][pl::all] = a + b;
+      r[o++][pl::all] = a - b;
+      r[o++][pl::all] = a * b;
+      r[o++][pl::all] = a / b;
+      r[o++][pl::all] = a % b;
+      r[o++][pl::all] = jnp::maximum(a, b);
+      r[o++][pl::all] = jnp::minimum(a, b);
+      r[o++][pl::all] = a < b;
+      r[o++][pl::all] = a == b;
+      r[o++][pl::all] = a >= b;
+      r[o++][pl::all] = jnp::where(a > b, a, b);
+      if (is_float(t)) r[o++][pl::all] = jnp::pow(jnp::abs(a) + 0.5, b);
+      else r[o++][pl::all] = (a & b) ^ (a | b);
+    };
+    std::vector<ShapeDtype> outs(7, ShapeDtype(shape, t));
+    for (int i = 0; i < 3; ++i) outs.emplace_back(shape, bool_);
+    outs.emplace_back(shape, t);
+    outs.emplace_back(shape, t);
+    check_kernel(kernel, outs, {.name = "binary"}, {sample(1, shape, t), sample(2, shape, t, true)});
+  }
+}
+
+TEST(CudaElementwise, UnaryMathFloatDtypes) {
+  PL_REQUIRE_NVRTC();
+  for (DType t : {f16, bf16, f32, f64}) {
+    SCOPED_TRACE(dtype_name(t));
+    const Shape shape{4, 300};
+    auto kernel = [](pl::Refs r) {
+      pl::Value x = r[0][pl::all];
+      pl::Value p = jnp::abs(x) + 0.25;  // positive, for logs and roots
+      int o = 1;
+      for (pl::Value v : {-x, jnp::abs(x), jnp::exp(x), jnp::exp2(x), jnp::log(p), jnp::log2(p), jnp::log1p(p),
+                          jnp::sqrt(p), jnp::rsqrt(p), jnp::sin(x), jnp::cos(x), jnp::tanh(x), jnp::logistic(x),
+                          jnp::erf(x), jnp::floor(x * 3), jnp::ceil(x * 3), pl::nn::gelu(x), pl::nn::silu(x)})
+        r[o++][pl::all] = v;
+    };
+    std::vector<ShapeDtype> outs(18, ShapeDtype(shape, t));
+    check_kernel(kernel, outs, {.name = "unary"}, {normal(3, shape, t)});
+  }
+}
+
+TEST(CudaElementwise, IntegerUnaryAndWrapping) {
+  PL_REQUIRE_NVRTC();
+  for (DType t : {i8, i16, i32, i64, u8, u32}) {
+    SCOPED_TRACE(dtype_name(t));
+    const Shape shape{256};
+    auto kernel = [](pl::Refs r) {
+      pl::Value a = r[0][pl::all], b = r[1][pl::all];
+      r[2][pl::all] = -a;
+      r[3][pl::all] = jnp::abs(a);
+      r[4][pl::all] = ~a;
+      r[5][pl::all] = a * b * b * b + a;  // overflows the narrow types: wraps
+    };
+    std::vector<ShapeDtype> outs(4, ShapeDtype(shape, t));
+    check_kernel(kernel, outs, {.name = "int_unary"}, {sample(4, shape, t), sample(5, shape, t)});
+  }
+  // Bool logic.
+  auto logic = [](pl::Ref a, pl::Ref b, pl::Ref o1, pl::Ref o2, pl::Ref o3, pl::Ref o4) {
+    pl::Value x = a[pl::all], y = b[pl::all];
+    o1[pl::all] = x & y;
+    o2[pl::all] = x | y;
+    o3[pl::all] = x ^ y;
+    o4[pl::all] = !x;
+  };
+  std::vector<ShapeDtype> bools(4, ShapeDtype({100}, bool_));
+  check_kernel(logic, bools, {}, {sample(6, {100}, bool_), sample(7, {100}, bool_)});
+}
+
+TEST(CudaElementwise, CastsBetweenEveryPair) {
+  PL_REQUIRE_NVRTC();
+  for (DType from : kAll) {
+    SCOPED_TRACE(dtype_name(from));
+    const Shape shape{130};
+    auto kernel = [](pl::Refs r) {
+      pl::Value x = r[0][pl::all];
+      for (size_t i = 1; i < r.size(); ++i) r[i][pl::all] = x.astype(r[i].dtype());
+    };
+    std::vector<ShapeDtype> outs;
+    for (DType to : kAll) outs.emplace_back(shape, to);
+    // Values that fit every target: small magnitudes, fractional parts for floats.
+    Array in = is_float(from) ? multiply(normal(8, shape, f32), full({}, 20.0)).astype(from) : sample(8, shape, from);
+    if (is_float(from)) {  // keep float -> unsigned casts of negatives out (implementation-defined)
+      Array a = in.astype(f64);
+      for (int64_t i = 0; i < a.size(); ++i) a.set(i, std::fabs(a.get(i)));
+      in = a.astype(from);
+    }
+    check_kernel(kernel, outs, {.name = "casts"}, {in});
+  }
+}
+
+TEST(CudaElementwise, LeavesIotaConstantsProgramIds) {
+  PL_REQUIRE_NVRTC();
+  auto kernel = [](pl::Ref o_i, pl::Ref o_f, pl::Ref o_b, pl::Ref o_pid) {
+    pl::when((pl::program_id(0) == 0) & (pl::program_id(1) == 0), [&] {
+      o_i[pl::all] = jnp::iota(pl::i32, {4, 64}, 1) * 3 + jnp::iota(pl::i32, {4, 64}, 0);
+      o_f[pl::all] = jnp::iota(pl::bf16, {4, 64}, 1) * 0.5f + jnp::full({4, 64}, 1.25, pl::bf16);
+      o_b[pl::all] = jnp::iota(pl::i32, {4, 64}, 1) < 17;
+    });
+    o_pid[pl::all] = jnp::full({1, 3}, 0, pl::i32) + pl::program_id(0) * 100 + pl::program_id(1) * 10 +
+                     pl::num_programs(1);
+  };
+  check_kernel(kernel,
+               {ShapeDtype({4, 64}, i32), ShapeDtype({4, 64}, bf16), ShapeDtype({4, 64}, bool_),
+                ShapeDtype({5, 3}, i32)},
+               {.grid = {5, 1},
+                .out_specs = {pl::BlockSpec({4, 64}, [](pl::Index, pl::Index) { return pl::idx(0, 0); }),
+                              pl::BlockSpec({4, 64}, [](pl::Index, pl::Index) { return pl::idx(0, 0); }),
+                              pl::BlockSpec({4, 64}, [](pl::Index, pl::Index) { return pl::idx(0, 0); }),
+                              pl::BlockSpec({1, 3}, [](pl::Index i, pl::Index) { return pl::idx(i, 0); })}},
+               {});
+}
+
+TEST(CudaElementwise, MaxMinPropagateNaN) {
+  PL_REQUIRE_NVRTC();
+  Array a = normal(9, {64}), b = normal(10, {64});
+  for (int64_t i = 0; i < 64; i += 5) a.set(i, NAN);
+  for (int64_t i = 0; i < 64; i += 7) b.set(i, NAN);
+  auto kernel = [](pl::Ref x, pl::Ref y, pl::Ref o1, pl::Ref o2) {
+    o1[pl::all] = jnp::maximum(x[pl::all], y[pl::all]);
+    o2[pl::all] = jnp::minimum(x[pl::all], y[pl::all]);
+  };
+  check_kernel(kernel, {ShapeDtype({64}, f32), ShapeDtype({64}, f32)}, {}, {a, b});
+}
+
+}  // namespace
+}  // namespace palladium::cudatest

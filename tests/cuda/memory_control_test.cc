@@ -1,0 +1,156 @@
+// Loads and stores (edge blocks, masks with `other`, strided and dynamic slices, squeezed block
+// dimensions), atomics across programs, control flow, grids of any rank, debug_print.
+#include "tests/cuda/cuda_test_util.h"
+
+namespace palladium::cudatest {
+namespace {
+
+TEST(CudaMemory, EdgeBlocksPadAndDropWrites) {
+  PL_REQUIRE_NVRTC();
+  // 100 x 70 in 32 x 32 blocks: the last row and column of blocks overhang the array.
+  auto kernel = [](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] * 2.0f + 1.0f; };
+  auto spec = pl::BlockSpec({32, 32}, [](pl::Index i, pl::Index j) { return pl::idx(i, j); });
+  for (DType t : {f32, bf16, i16}) {
+    SCOPED_TRACE(dtype_name(t));
+    Array x = is_float(t) ? normal(1, {100, 70}, t) : uniform(1, {100, 70}, i32, -9, 9).astype(t);
+    if (is_float(t))
+      check_kernel(kernel, {ShapeDtype({100, 70}, t)}, {.grid = {4, 3}, .in_specs = {spec}, .out_specs = {spec}}, {x});
+    else
+      check_kernel([](pl::Ref a, pl::Ref o) { o[pl::all] = a[pl::all] * 2 + 1; }, {ShapeDtype({100, 70}, t)},
+                   {.grid = {4, 3}, .in_specs = {spec}, .out_specs = {spec}}, {x});
+  }
+}
+
+TEST(CudaMemory, MasksOtherStridesAndDynamicSlices) {
+  PL_REQUIRE_NVRTC();
+  auto kernel = [](pl::Ref x, pl::Ref o_masked, pl::Ref o_strided, pl::Ref o_dyn) {
+    pl::Value idx = jnp::arange(64);
+    pl::Value mask = idx % 3 != 0;
+    pl::Value v = pl::load(x, pl::idx(pl::ds(0, 64)), mask, jnp::full({64}, -5.0));
+    pl::store(o_masked, pl::idx(pl::ds(0, 64)), v);
+    pl::store(o_masked, pl::idx(pl::ds(64, 64)), v * 3.0f, idx < 20);
+    o_strided[pl::all] = pl::load(x, pl::idx(pl::ds(1, 32, 4)));  // every 4th element from 1
+    pl::Value start = pl::program_id(0) * 16 + 5;
+    o_dyn[pl::all] = x(pl::ds(start, 16)) + 1.0f;
+  };
+  Array x = normal(2, {128});
+  std::vector<Array> outs;
+  auto make = [&](const std::string& be) {
+    return pl::pallas_call(kernel, {ShapeDtype({128}, f32), ShapeDtype({32}, f32), ShapeDtype({16}, f32)},
+                           {.grid = {1}, .backend = be});
+  };
+  // o_masked's second half is only partly written: compare the written elements.
+  std::vector<Array> got = make("cuda").call({x}), ref = make("interpret").call({x});
+  Array g0 = to_host(got[0]);
+  for (int64_t i = 0; i < 84; ++i) EXPECT_EQ(g0.get(i), ref[0].get(i)) << i;
+  EXPECT_TRUE(agree(to_host(got[1]), ref[1]));
+  EXPECT_TRUE(agree(to_host(got[2]), ref[2]));
+}
+
+TEST(CudaMemory, SqueezedBlockDimsAndScalarIndices) {
+  PL_REQUIRE_NVRTC();
+  // x: (3, 40, 5); each program (b, j) sees x[b, :, j] as a (40,) ref.
+  auto kernel = [](pl::Ref x, pl::Ref o_row, pl::Ref o_scalar) {
+    pl::Value v = x[pl::all];
+    o_row[pl::all] = jnp::cumsum(v, 0);
+    o_scalar[pl::idx(0)] = x[pl::idx(7)] + x[pl::idx(39)];
+  };
+  check_kernel(kernel, {ShapeDtype({3, 5, 40}, f32), ShapeDtype({3, 5}, f32)},
+               {.grid = {3, 5},
+                .in_specs = {pl::BlockSpec({pl::None, 40, pl::None}, [](pl::Index b, pl::Index j) { return pl::idx(b, 0, j); })},
+                .out_specs = {pl::BlockSpec({pl::None, pl::None, 40}, [](pl::Index b, pl::Index j) { return pl::idx(b, j, 0); }),
+                              pl::BlockSpec({pl::None, 1}, [](pl::Index b, pl::Index j) { return pl::idx(b, j); })}},
+               {normal(3, {3, 40, 5})});
+}
+
+TEST(CudaMemory, AtomicsAcrossPrograms) {
+  PL_REQUIRE_NVRTC();
+  for (DType t : {i32, u32, i64, f32, f64}) {
+    SCOPED_TRACE(dtype_name(t));
+    // 16 programs each add, max and min their row into one shared accumulator row (aliased so
+    // the output starts from the input's values), and record the old values they saw for max.
+    auto kernel = [](pl::Ref x, pl::Ref acc_in, pl::Ref mx_in, pl::Ref mn_in, pl::Ref acc, pl::Ref mx, pl::Ref mn) {
+      (void)acc_in; (void)mx_in; (void)mn_in;
+      pl::Value v = x[pl::all];
+      pl::atomic_add(acc, pl::idx(pl::slice()), v);
+      pl::atomic_max(mx, pl::idx(pl::slice()), v);
+      pl::atomic_min(mn, pl::idx(pl::slice()), v, jnp::arange(24) < 20);
+      pl::atomic_add(acc, pl::idx(0), jnp::sum(v, 0));  // a scalar atomic: one thread updates
+    };
+    Array x = is_float(t) ? uniform(4, {16, 24}, t, -8, 8) : uniform(4, {16, 24}, i32, 0, 100).astype(t);
+    Array zero = pl::zeros({24}, t);
+    auto spec = pl::BlockSpec({pl::None, 24}, [](pl::Index i) { return pl::idx(i, 0); });
+    auto whole = pl::BlockSpec({24}, [](pl::Index) { return pl::idx(0); });
+    check_kernel(kernel, {ShapeDtype({24}, t), ShapeDtype({24}, t), ShapeDtype({24}, t)},
+                 {.grid = {16}, .in_specs = {spec, whole, whole, whole}, .out_specs = {whole, whole, whole},
+                  .input_output_aliases = {{1, 0}, {2, 1}, {3, 2}}},
+                 {x, zero, zero, zero}, t == f32 ? 1e-5 : -1);
+  }
+}
+
+TEST(CudaControl, LoopsCondsAndCarries) {
+  PL_REQUIRE_NVRTC();
+  auto kernel = [](pl::Ref x, pl::Ref o_fori, pl::Ref o_while, pl::Ref o_cond, pl::Ref o_swap) {
+    pl::Value v = x[pl::all];  // [64]
+    // fori_loop with a tile carry and a dynamic bound.
+    pl::Value hi = pl::program_id(0) + 3;
+    pl::Value acc = pl::lax::fori_loop(0, hi, [&](pl::Value i, pl::Value a) { return a * 0.5f + v * i.astype(pl::f32); },
+                                       jnp::zeros({64}));
+    o_fori[pl::all] = acc;
+    // while_loop on a scalar and a tile.
+    auto [n, t] = pl::lax::while_loop([](std::tuple<pl::Value, pl::Value> c) { return std::get<0>(c) < 10; },
+                                      [](std::tuple<pl::Value, pl::Value> c) {
+                                        auto [k, tile] = c;
+                                        return std::tuple{k + 3, tile + jnp::sum(tile, 0)};
+                                      },
+                                      std::tuple{pl::Value(0), v});
+    o_while[pl::all] = t + n.astype(pl::f32);
+    // cond with results, and when for a side effect.
+    pl::Value r = pl::lax::cond(pl::program_id(0) % 2 == 0, [&] { return jnp::exp(v); }, [&] { return -v; });
+    o_cond[pl::all] = r;
+    pl::when(pl::program_id(0) == 1, [&] { o_cond[pl::idx(0)] = pl::Value(42.0f); });
+    // Carries swapped every iteration.
+    auto [p, q] = pl::lax::fori_loop(0, 5, [](pl::Value, std::tuple<pl::Value, pl::Value> c) {
+      auto [a, b] = c;
+      return std::tuple{b, a + 1.0f};
+    }, std::tuple{v, v * 2.0f});
+    o_swap[pl::all] = p - q;
+  };
+  auto spec = pl::BlockSpec({pl::None, 64}, [](pl::Index i) { return pl::idx(i, 0); });
+  check_kernel(kernel, std::vector<ShapeDtype>(4, ShapeDtype({3, 64}, f32)),
+               {.grid = {3}, .in_specs = {spec}, .out_specs = {spec, spec, spec, spec}}, {normal(5, {3, 64})}, 1e-5);
+}
+
+TEST(CudaGrid, RankFourGridAndManyPrograms) {
+  PL_REQUIRE_NVRTC();
+  auto kernel = [](pl::Ref o) {
+    o[pl::all] = jnp::full({1, 1, 1, 1}, 0, pl::i32) + pl::program_id(0) * 1000 + pl::program_id(1) * 100 +
+                 pl::program_id(2) * 10 + pl::program_id(3);
+  };
+  check_kernel(kernel, {ShapeDtype({2, 3, 5, 7}, i32)},
+               {.grid = {2, 3, 5, 7},
+                .out_specs = {pl::BlockSpec({1, 1, 1, 1}, [](pl::Index a, pl::Index b, pl::Index c, pl::Index d) {
+                  return pl::idx(a, b, c, d);
+                })}},
+               {});
+  // 70000 programs: more than a 16-bit launch dimension holds.
+  auto many = [](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] + pl::program_id(0); };
+  auto spec = pl::BlockSpec({4}, [](pl::Index i) { return pl::idx(i); });
+  check_kernel(many, {ShapeDtype({280000}, i32)}, {.grid = {70000}, .in_specs = {spec}, .out_specs = {spec}},
+               {pl::arange(280000)});
+}
+
+TEST(CudaControl, DebugPrintCompilesAndRuns) {
+  PL_REQUIRE_NVRTC();
+  auto kernel = [](pl::Ref x, pl::Ref o) {
+    pl::Value v = x[pl::all];
+    pl::debug_print("pid {} row {} sum {}", pl::program_id(0), v, jnp::sum(v, 0));
+    o[pl::all] = v;
+  };
+  auto spec = pl::BlockSpec({pl::None, 4}, [](pl::Index i) { return pl::idx(i, 0); });
+  check_kernel(kernel, {ShapeDtype({2, 4}, i32)}, {.grid = {2}, .in_specs = {spec}, .out_specs = {spec}},
+               {pl::arange(8).reshape({2, 4})});
+}
+
+}  // namespace
+}  // namespace palladium::cudatest

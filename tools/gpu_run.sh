@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Runs the CUDA backend's checks on a machine with an NVIDIA GPU, in one go:
+#   tests    the test binaries (cuda tests, the shared kernel suite on every available backend,
+#            ops, core) and the examples, with PALLADIUM_BACKEND=cuda;
+#   bench    bench/cuda_bench (Palladium vs cuBLASLt, copy bandwidth, attention, compile, launch);
+#   peers    the peer scripts (../shared/peers copied to .peers/): torch, then JAX attention.
+# Usage: tools/gpu_run.sh [tests] [bench] [peers]   (default: all three)
+# Binaries come from $PL_BIN (default .peers/gpu/bin, prebuilt on the development machine);
+# when that folder is absent they are built here with the project's CMake into build-gpu/.
+# Logs go to $OUT (default /tmp/pl-gpu-out); each stage runs under its own time limit.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/pl-gpu-out}
+mkdir -p "$OUT"
+BIN=${PL_BIN:-.peers/gpu/bin}
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
+# A cache of cubins compiled ahead (compile-only mode on the development machine) when present.
+if [ -d .peers/gpu/cache ]; then
+  export PALLADIUM_CACHE_DIR=${PALLADIUM_CACHE_DIR:-/tmp/pl-cache}
+  mkdir -p "$PALLADIUM_CACHE_DIR" && cp -r .peers/gpu/cache/. "$PALLADIUM_CACHE_DIR"/
+fi
+parts=("$@")
+[ ${#parts[@]} -eq 0 ] && parts=(tests bench peers)
+
+if [ ! -x "$BIN/test_cuda" ]; then
+  echo "=== building with CMake (no prebuilt binaries in $BIN)"
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release >"$OUT/build.log" 2>&1 &&
+    ninja -C build-gpu >>"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+  BIN=$PWD/build-gpu/bin-links
+  mkdir -p "$BIN"
+  ln -sf "$PWD"/build-gpu/tests/test_* "$PWD"/build-gpu/bench/cuda_bench "$PWD"/build-gpu/quickstart \
+    "$PWD"/build-gpu/attention "$PWD"/build-gpu/indrnn "$BIN"/ 2>/dev/null
+fi
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader
+
+# stage NAME SECONDS COMMAND...: runs under a time limit, log to $OUT/NAME.log, prints a summary.
+stage() {
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "=== $name: rc=$rc in $((SECONDS - t0)) s"
+  grep -E "^\[  (PASSED|FAILED) |^\[==========\] .* ran|tests? failed|FAILED TEST" "$OUT/$name.log" | head -40
+  return 0
+}
+
+for part in "${parts[@]}"; do
+  case $part in
+    tests)
+      export PALLADIUM_BACKEND=cuda
+      stage test_cuda ${PL_T_CUDA:-150} "$BIN/test_cuda" --gtest_brief=1
+      stage test_kernels ${PL_T_KERNELS:-100} "$BIN/test_kernels" --gtest_brief=1
+      stage test_ops ${PL_T_OPS:-50} "$BIN/test_ops" --gtest_brief=1
+      stage test_core 20 "$BIN/test_core" --gtest_brief=1
+      for e in quickstart attention indrnn; do
+        [ -x "$BIN/$e" ] && stage "example_$e" 25 "$BIN/$e"
+      done
+      unset PALLADIUM_BACKEND
+      cat "$OUT"/example_*.log >"$OUT/examples.log" 2>/dev/null
+      rm -f "$OUT"/example_*.log
+      ;;
+    bench)
+      # A cold compile in a fresh cache directory, then the same kernel from that disk cache in a
+      # second process.
+      export PL_BENCH_CACHE_DIR=/tmp/pl-bench-cache-$$
+      rm -rf "$PL_BENCH_CACHE_DIR"
+      stage cuda_bench ${PL_T_BENCH:-170} "$BIN/cuda_bench" ${PL_BENCH_PARTS:-}
+      stage cuda_bench_disk 60 "$BIN/cuda_bench" compile-disk
+      sed -n '/^| benchmark/,$p' "$OUT/cuda_bench.log"
+      grep "^ROW" "$OUT/cuda_bench_disk.log"
+      grep -E "^CHECK|^FAIL" "$OUT/cuda_bench.log"
+      ;;
+    profile)
+      # Instruction mix of the matmul kernel, then Nsight Compute on one matmul and one attention launch.
+      PL_BENCH_DEBUG=1 PALLADIUM_DEBUG_DIR=/tmp/pl-dbg timeout 60 "$BIN/cuda_bench" matmul >/dev/null 2>&1
+      for f in /tmp/pl-dbg/*.cubin; do
+        echo "== $f"; cuobjdump -sass "$f" | grep -oE "^ +/\*[0-9a-f]+\*/ +[A-Z0-9_.]+" | awk '{print $2}' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -25
+      done >"$OUT/sass.log" 2>&1
+      stage ncu_matmul 120 ncu -k regex:pl_matmul --launch-count 1 --section SpeedOfLight --section WarpStateStats \
+        --section SchedulerStats --section LaunchStats --section Occupancy "$BIN/cuda_bench" matmul
+      grep -E "Throughput|Stall|Warp Cycles|Issued|Eligible|Registers|Achieved|Theoretical Occ|Duration|Block Limit" "$OUT/ncu_matmul.log" | head -60
+      stage ncu_attention 120 ncu -k regex:pl_mha --launch-count 1 --section SpeedOfLight --section WarpStateStats \
+        --section SchedulerStats --section LaunchStats --section Occupancy "$BIN/cuda_bench" attention
+      grep -E "Throughput|Stall|Warp Cycles|Issued|Eligible|Registers|Achieved|Theoretical Occ|Duration|Block Limit" "$OUT/ncu_attention.log" | head -60
+      ;;
+    quicktests)
+      export PALLADIUM_BACKEND=cuda
+      stage test_cuda ${PL_T_CUDA:-150} "$BIN/test_cuda" --gtest_brief=1
+      stage test_kernels ${PL_T_KERNELS:-100} "$BIN/test_kernels" --gtest_brief=1
+      # If the cuda tests fail, check them once more without wgmma (mma.sync only); when that
+      # passes, the rest of this run (benchmarks) uses mma.sync.
+      if grep -q "FAILED" "$OUT/test_cuda.log"; then
+        PALLADIUM_CUDA_WGMMA=0 stage test_cuda_mma_sync ${PL_T_CUDA:-150} "$BIN/test_cuda" --gtest_brief=1
+        grep -q "FAILED" "$OUT/test_cuda_mma_sync.log" || { echo "=== wgmma off for the rest of the run"; export PALLADIUM_CUDA_WGMMA=0; }
+      fi
+      unset PALLADIUM_BACKEND
+      ;;
+    quicktests-cuda)
+      export PALLADIUM_BACKEND=cuda
+      stage test_cuda ${PL_T_CUDA:-150} "$BIN/test_cuda" --gtest_brief=1
+      stage test_ops ${PL_T_OPS:-50} "$BIN/test_ops" --gtest_brief=1
+      if grep -q "FAILED" "$OUT/test_cuda.log"; then
+        PALLADIUM_CUDA_WGMMA=0 stage test_cuda_mma_sync ${PL_T_CUDA:-150} "$BIN/test_cuda" --gtest_brief=1
+        grep -q "FAILED" "$OUT/test_cuda_mma_sync.log" || { echo "=== wgmma off for the rest of the run"; export PALLADIUM_CUDA_WGMMA=0; }
+      fi
+      unset PALLADIUM_BACKEND
+      ;;
+    peers)
+      stage torch_peers 120 python3 .peers/torch_peers.py
+      grep -E "^ROW|^FAIL" "$OUT/torch_peers.log"
+      stage jax_peers 200 python3 .peers/jax_peers.py attention
+      grep -E "^ROW|^CHECK|^FAIL" "$OUT/jax_peers.log" | grep -v "bwd"
+      ;;
+  esac
+done
