@@ -1,4 +1,4 @@
-// The wgmma path (Hopper warpgroup MMA, opt-in with PALLADIUM_CUDA_WGMMA=1): the dot shapes and
+// The wgmma path (Hopper warpgroup MMA, the default for 16-bit dots on sm_90a; forced on here): the dot shapes and
 // orientations it takes, in loops with prefetched operands, and the attention kernels (whose
 // backward mixes wgmma dots with mma.sync ones over shared operand tiles). Without a GPU the
 // kernels are compiled for sm_90a by NVRTC, so the wgmma code generation is checked there too.

@@ -1,4 +1,4 @@
-// dot on Hopper's warpgroup MMA (wgmma.mma_async, sm_90a), opt-in with PALLADIUM_CUDA_WGMMA=1.
+// dot on Hopper's warpgroup MMA (wgmma.mma_async, sm_90a): the default for 16-bit dots there; PALLADIUM_CUDA_WGMMA=0 turns it off.
 // A dot qualifies when its result is an Mma layout with one warp per 16 rows (each warpgroup of
 // four warps then owns 64 rows, exactly the m64nNk16 accumulator layout), N <= 256, and its
 // operands are 16-bit tiles in swizzled
@@ -28,16 +28,17 @@ std::string variant_name(int64_t n, bool a_regs, bool ta, bool tb, DType t) {
 
 bool Emitter::wgmma_candidate(const ir::Inst& d) const {
   if (target_.sm != 90 || !target_.arch_specific) return false;
-  // Opt-in for now (PALLADIUM_CUDA_WGMMA=1): measured and verified on a GPU, mma.sync is the default.
+  // On by default on sm_90a; PALLADIUM_CUDA_WGMMA=0 falls back to mma.sync everywhere.
   const char* env = std::getenv("PALLADIUM_CUDA_WGMMA");
-  if (!env || std::string(env) != "1") return false;
+  if (env && std::string(env) == "0") return false;
   const DType t = type(d.operands[0]).dtype;
   if (!is_16bit_float(t)) return false;
   const Shape& rs = type(d.results[0]).shape;
   const Shape& as = type(d.operands[0]).shape;
   const int64_t k = d.i0 ? as[0] : as[1];
   const int warps = threads_ / 32;
-  return warps % 4 == 0 && rs[0] == 16 * warps && rs[1] % 8 == 0 && rs[1] <= 256 && k % 16 == 0;
+  // At 16 warps the accumulators do not fit the per-thread register budget (ptxas C7602).
+  return warps % 4 == 0 && warps <= 8 && rs[0] == 16 * warps && rs[1] % 8 == 0 && rs[1] <= 256 && k % 16 == 0;
 }
 
 // The wgmma dots and their swizzled homes, to a fixed point: a home is swizzled when every dot
