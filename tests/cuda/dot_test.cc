@@ -105,8 +105,10 @@ TEST(CudaDot, AttentionForwardAndBackward) {
         o.backend = "interpret";
         auto ref = pl::ops::mha_vjp(q, k, v, seg, o);
         auto [rq, rk, rv] = ref.backward(dout);
-        // f32: the backward sums exp() products over the sequence; 1e-4 of drift from the
-        // interpreter's float64-rounded exp is rounding, not a bug.
+        // f32: on an H100 the backward differed from the interpreter by 1.09e-4 (the same on
+        // every run), about 100x what float32 rounding predicts; tests/ops matches the float64
+        // reference to 1e-5 on smaller shapes. Unexplained and open (issue 3): this tolerance
+        // records the measured gap, it is not a claim that the gap is rounding.
         const double tol = t == bf16 ? 2e-2 : 5e-4;
         EXPECT_TRUE(agree(to_host(got.out), ref.out, tol)) << "out";
         EXPECT_TRUE(agree(to_host(dq), rq, tol)) << "dq";
