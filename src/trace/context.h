@@ -48,5 +48,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);
 // The dtype two operands meet at, with weak literals taking the other side's dtype.
 DType result_dtype(const Value& a, const Value& b);
 Value wrap(ir::ValueId id);
+// A binary or compare op on two Values after promotion and broadcasting (value.cc).
+Value binary_op(ir::Op op, const Value& a, const Value& b, const char* name);
 
 }  // namespace palladium::trace

@@ -7,9 +7,6 @@
 
 namespace palladium {
 
-namespace detail_binary {
-Value apply(ir::Op op, const Value& a, const Value& b, const char* name);
-}
 
 using trace::as_value;
 using trace::builder;
@@ -92,13 +89,13 @@ Value pow(const Value& x, const Value& y) {
   Shape s = trace::broadcast_shapes(x.shape(), y.shape(), "pow");
   return wrap(builder("pow").binary(ir::Op::Pow, as_value(x, t, s, "pow"), as_value(y, t, s, "pow")));
 }
-Value maximum(const Value& a, const Value& b) { return detail_binary::apply(ir::Op::Max, a, b, "max"); }
-Value minimum(const Value& a, const Value& b) { return detail_binary::apply(ir::Op::Min, a, b, "min"); }
+Value maximum(const Value& a, const Value& b) { return trace::binary_op(ir::Op::Max, a, b, "max"); }
+Value minimum(const Value& a, const Value& b) { return trace::binary_op(ir::Op::Min, a, b, "min"); }
 // The logical ops take any dtype, non-zero meaning true, and return bool (jnp.logical_*).
 static Value truth(const Value& x) { return is_bool(x.dtype()) ? x : x != 0; }
 Value logical_not(const Value& x) { return wrap(builder("not").unary(ir::Op::Not, as_value(truth(x), "not"))); }
-Value logical_and(const Value& a, const Value& b) { return detail_binary::apply(ir::Op::And, truth(a), truth(b), "and"); }
-Value logical_or(const Value& a, const Value& b) { return detail_binary::apply(ir::Op::Or, truth(a), truth(b), "or"); }
+Value logical_and(const Value& a, const Value& b) { return trace::binary_op(ir::Op::And, truth(a), truth(b), "and"); }
+Value logical_or(const Value& a, const Value& b) { return trace::binary_op(ir::Op::Or, truth(a), truth(b), "or"); }
 Value equal(const Value& a, const Value& b) { return a == b; }
 
 Value floor_divide(const Value& a, const Value& b) {

@@ -144,9 +144,9 @@ Value Value::index(const std::vector<IndexArg>& args) const {
   return reshape(out);
 }
 
-namespace {
+namespace trace {
 
-Value binary(ir::Op op, const Value& a, const Value& b, const char* name) {
+Value binary_op(ir::Op op, const Value& a, const Value& b, const char* name) {
   DType t = trace::result_dtype(a, b);
   Shape s = trace::broadcast_shapes(a.shape(), b.shape(), name);
   ir::ValueId ia = as_value(a, t, s, name), ib = as_value(b, t, s, name);
@@ -154,22 +154,22 @@ Value binary(ir::Op op, const Value& a, const Value& b, const char* name) {
   return wrap(ir::op_family(op) == ir::Family::Compare ? bld.compare(op, ia, ib) : bld.binary(op, ia, ib));
 }
 
-}  // namespace
+}  // namespace trace
 
-Value operator+(const Value& a, const Value& b) { return binary(ir::Op::Add, a, b, "add"); }
-Value operator-(const Value& a, const Value& b) { return binary(ir::Op::Sub, a, b, "sub"); }
-Value operator*(const Value& a, const Value& b) { return binary(ir::Op::Mul, a, b, "mul"); }
-Value operator/(const Value& a, const Value& b) { return binary(ir::Op::Div, a, b, "div"); }
-Value operator%(const Value& a, const Value& b) { return binary(ir::Op::Rem, a, b, "rem"); }
-Value operator==(const Value& a, const Value& b) { return binary(ir::Op::Eq, a, b, "eq"); }
-Value operator!=(const Value& a, const Value& b) { return binary(ir::Op::Ne, a, b, "ne"); }
-Value operator<(const Value& a, const Value& b) { return binary(ir::Op::Lt, a, b, "lt"); }
-Value operator<=(const Value& a, const Value& b) { return binary(ir::Op::Le, a, b, "le"); }
-Value operator>(const Value& a, const Value& b) { return binary(ir::Op::Gt, a, b, "gt"); }
-Value operator>=(const Value& a, const Value& b) { return binary(ir::Op::Ge, a, b, "ge"); }
-Value operator&(const Value& a, const Value& b) { return binary(ir::Op::And, a, b, "and"); }
-Value operator|(const Value& a, const Value& b) { return binary(ir::Op::Or, a, b, "or"); }
-Value operator^(const Value& a, const Value& b) { return binary(ir::Op::Xor, a, b, "xor"); }
+Value operator+(const Value& a, const Value& b) { return trace::binary_op(ir::Op::Add, a, b, "add"); }
+Value operator-(const Value& a, const Value& b) { return trace::binary_op(ir::Op::Sub, a, b, "sub"); }
+Value operator*(const Value& a, const Value& b) { return trace::binary_op(ir::Op::Mul, a, b, "mul"); }
+Value operator/(const Value& a, const Value& b) { return trace::binary_op(ir::Op::Div, a, b, "div"); }
+Value operator%(const Value& a, const Value& b) { return trace::binary_op(ir::Op::Rem, a, b, "rem"); }
+Value operator==(const Value& a, const Value& b) { return trace::binary_op(ir::Op::Eq, a, b, "eq"); }
+Value operator!=(const Value& a, const Value& b) { return trace::binary_op(ir::Op::Ne, a, b, "ne"); }
+Value operator<(const Value& a, const Value& b) { return trace::binary_op(ir::Op::Lt, a, b, "lt"); }
+Value operator<=(const Value& a, const Value& b) { return trace::binary_op(ir::Op::Le, a, b, "le"); }
+Value operator>(const Value& a, const Value& b) { return trace::binary_op(ir::Op::Gt, a, b, "gt"); }
+Value operator>=(const Value& a, const Value& b) { return trace::binary_op(ir::Op::Ge, a, b, "ge"); }
+Value operator&(const Value& a, const Value& b) { return trace::binary_op(ir::Op::And, a, b, "and"); }
+Value operator|(const Value& a, const Value& b) { return trace::binary_op(ir::Op::Or, a, b, "or"); }
+Value operator^(const Value& a, const Value& b) { return trace::binary_op(ir::Op::Xor, a, b, "xor"); }
 Value operator-(const Value& a) { return jnp::neg(a); }
 Value operator!(const Value& a) { return jnp::logical_not(a); }
 Value operator~(const Value& a) {
@@ -180,8 +180,5 @@ Value& operator-=(Value& a, const Value& b) { return a = a - b; }
 Value& operator*=(Value& a, const Value& b) { return a = a * b; }
 Value& operator/=(Value& a, const Value& b) { return a = a / b; }
 
-namespace detail_binary {
-Value apply(ir::Op op, const Value& a, const Value& b, const char* name) { return binary(op, a, b, name); }
-}  // namespace detail_binary
 
 }  // namespace palladium

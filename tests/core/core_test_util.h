@@ -3,17 +3,10 @@
 #include <string>
 
 #include "palladium/error.h"
+#include "tests/support/test_support.h"
 
 namespace palladium::testing_util {
 
-// The message of the palladium::Error that fn throws, or a marker when it throws none.
-template <class Fn> std::string error_message(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no palladium::Error thrown>";
-}
+using test_support::error_message;
 
 }  // namespace palladium::testing_util

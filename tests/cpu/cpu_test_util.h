@@ -15,6 +15,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "palladium/palladium.h"
+#include "tests/support/test_support.h"
 
 namespace palladium::cpu_test {
 

@@ -6,14 +6,14 @@
 
 #include "ops/attention.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/support/test_support.h"
 
 namespace palladium::cudatest {
 namespace {
 
-class WgmmaOn {
- public:
-  WgmmaOn() { setenv("PALLADIUM_CUDA_WGMMA", "1", 1); }
-  ~WgmmaOn() { unsetenv("PALLADIUM_CUDA_WGMMA"); }
+// wgmma is the default on sm_90a; forcing it keeps these tests meaningful if a user turned it off.
+struct WgmmaOn {
+  test_support::ScopedEnv env{"PALLADIUM_CUDA_WGMMA", "1"};
 };
 
 TEST(CudaWgmma, DotOrientations) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "palladium/palladium.h"
+#include "tests/support/test_support.h"
 
 namespace palladium::etest {
 
@@ -18,20 +19,7 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// The message of the palladium::Error that fn throws; a marker naming what happened otherwise
-// (no exception, an InternalError, another exception), so that a failing test says which.
-template <class Fn> std::string error_message(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const InternalError& e) {
-    return std::string("<InternalError instead of palladium::Error: ") + e.what() + ">";
-  } catch (const std::exception& e) {
-    return std::string("<other exception instead of palladium::Error: ") + e.what() + ">";
-  }
-  return "<no palladium::Error thrown>";
-}
+using test_support::error_message;
 
 // Traces and runs a one-output kernel on the interpreter (errors at trace time do not depend on
 // the backend; run-time checks are the interpreter's).

@@ -8,6 +8,7 @@
 
 #include "ir/builder.h"
 #include "palladium/error.h"
+#include "tests/support/test_support.h"
 
 namespace palladium::ir {
 namespace {
@@ -15,14 +16,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-template <class Fn> std::string error_message(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no palladium::Error thrown>";
-}
+using test_support::error_message;
 
 class BuilderTest : public ::testing::Test {
  protected:

@@ -20,6 +20,7 @@
 
 #include "backends/backend.h"
 #include "palladium/palladium.h"
+#include "tests/support/test_support.h"
 
 namespace palladium::ktest {
 
@@ -303,14 +304,6 @@ inline std::string backend_op_param_name(const ::testing::TestParamInfo<std::tup
                                               ::testing::ValuesIn(op_names)),                             \
                            ::palladium::ktest::backend_op_param_name)
 
-// The message of the palladium::Error that fn throws, or a marker when it throws none.
-template <class Fn> std::string error_message(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no palladium::Error thrown>";
-}
+using test_support::error_message;
 
 }  // namespace palladium::ktest

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "backends/common/debug_print.h"
 #include "backends/cpu/codegen.h"
 #include "backends/cpu/host_compiler.h"
 #include "backends/cpu/module_cache.h"
@@ -49,20 +50,13 @@ Array compute_to_array(const ir::Type& t, const void* data) {
 void print_callback(void* host, int32_t id, const int64_t* program, const void* const* values) {
   const PrintContext& ctx = *static_cast<const PrintContext*>(host);
   const PrintSite& site = (*ctx.sites)[static_cast<size_t>(id)];
-  std::ostringstream os;
-  os << "[" << ctx.kernel->name << " program (";
-  for (size_t d = 0; d < ctx.kernel->grid.size(); ++d) os << (d ? ", " : "") << program[d];
-  os << ")] ";
-  size_t v = 0, pos = 0;
-  for (size_t p = site.format.find("{}"); p != std::string::npos; p = site.format.find("{}", pos)) {
-    os << site.format.substr(pos, p - pos) << compute_to_array(site.types[v], values[v]).str();
-    ++v;
-    pos = p + 2;
-  }
-  os << site.format.substr(pos) << "\n";
+  std::vector<Array> arrays;
+  for (size_t v = 0; v < site.types.size(); ++v) arrays.push_back(compute_to_array(site.types[v], values[v]));
+  const std::string line = backend::format_debug_line(
+      ctx.kernel->name, std::vector<int64_t>(program, program + ctx.kernel->grid.size()), site.format, arrays);
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
-  std::cout << os.str() << std::flush;
+  std::cout << line << std::flush;
 }
 
 class CpuExecutable final : public backend::Executable {

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <unistd.h>
 
+#include "backends/common/debug_print.h"
 #include "backends/common/disk_cache.h"
 #include "backends/cuda/codegen.h"
 #include "backends/cuda/device_runtime.h"
@@ -106,22 +107,10 @@ void print_debug_records(const ir::Kernel& k, const GeneratedKernel& g, const st
     return a.program != b.program ? a.program < b.program : a.seq < b.seq;
   });
   for (const Record& r : records) {
-    std::ostringstream os;
-    os << "[" << k.name << " program (";
-    int64_t rest = r.program;
-    std::vector<int64_t> pid(k.grid.size());
-    for (size_t d = k.grid.size(); d-- > 0;) {
-      pid[d] = rest % k.grid[d];
-      rest /= k.grid[d];
-    }
-    for (size_t d = 0; d < pid.size(); ++d) os << (d ? ", " : "") << pid[d];
-    os << ")] ";
     const DebugPrintInfo& info = g.prints[r.op];
-    size_t pos = 0, at = r.at + kDebugRecordHeader;
+    size_t at = r.at + kDebugRecordHeader;
+    std::vector<Array> values;
     for (const ir::Type& t : info.operands) {
-      const size_t hole = info.text.find("{}", pos);
-      os << info.text.substr(pos, hole - pos);
-      pos = hole + 2;
       Array a(t.shape, t.dtype);
       const bool wide_float = is_float(t.dtype) && itemsize(t.dtype) == 2;  // held as float32
       const int reg = wide_float ? 4 : itemsize(t.dtype);
@@ -135,11 +124,11 @@ void print_debug_records(const ir::Kernel& k, const GeneratedKernel& g, const st
           std::memcpy(static_cast<char*>(a.data()) + e * itemsize(t.dtype), p, static_cast<size_t>(itemsize(t.dtype)));
         }
       }
-      os << a.str();
+      values.push_back(a);
       at += static_cast<size_t>((a.size() * reg + 7) / 8 * 8);
     }
-    os << info.text.substr(std::min(pos, info.text.size())) << "\n";
-    std::cout << os.str() << std::flush;
+    std::cout << backend::format_debug_line(k.name, backend::program_coordinates(r.program, k.grid), info.text, values)
+              << std::flush;
   }
   if (truncated) std::cout << "[" << k.name << "] debug_print output truncated (buffer full)\n" << std::flush;
 }

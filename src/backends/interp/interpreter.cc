@@ -4,6 +4,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "backends/common/debug_print.h"
 #include "backends/interp/tile.h"
 #include "palladium/error.h"
 
@@ -54,11 +55,7 @@ class Machine {
     const int64_t total = numel(k_.grid);
     program_.assign(k_.grid.size(), 0);
     for (linear_ = 0; linear_ < total; ++linear_) {
-      int64_t rest = linear_;
-      for (size_t d = k_.grid.size(); d-- > 0;) {
-        program_[d] = rest % k_.grid[d];
-        rest /= k_.grid[d];
-      }
+      program_ = backend::program_coordinates(linear_, k_.grid);
       region(k_.body);
     }
   }
@@ -160,17 +157,9 @@ class Machine {
   }
 
   void debug_print(const ir::Inst& in) {
-    std::ostringstream os;
-    os << "[" << k_.name << " program (";
-    for (size_t d = 0; d < program_.size(); ++d) os << (d ? ", " : "") << program_[d];
-    os << ")] ";
-    size_t v = 0, pos = 0;
-    for (size_t p = in.text.find("{}"); p != std::string::npos; p = in.text.find("{}", pos)) {
-      os << in.text.substr(pos, p - pos) << at(in.operands[v++]).to_array().str();
-      pos = p + 2;
-    }
-    os << in.text.substr(pos) << "\n";
-    std::cout << os.str() << std::flush;
+    std::vector<Array> values;
+    for (ir::ValueId v : in.operands) values.push_back(at(v).to_array());
+    std::cout << backend::format_debug_line(k_.name, program_, in.text, values) << std::flush;
   }
 
   // Loads, stores and atomics: walk every selected element of the block.
