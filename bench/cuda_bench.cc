@@ -244,13 +244,15 @@ void bench_attention() {
         const double flops = 4.0 * batch * heads * seq * seq * d / (causal ? 2 : 1);
         const std::string tag = "b" + std::to_string(batch) + " s" + std::to_string(seq) + " h" +
                                 std::to_string(heads) + " d" + std::to_string(d) + " c" + std::to_string(causal);
-        for (int64_t bk : {64, 128}) {
+        // fast_math (the default of ops::mha, as Triton's exp) and the exact libdevice exp.
+        for (int64_t bk : {64, 128}) for (bool fast : {true, false}) {
           pl::ops::MhaOptions o{.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
-                                .causal = causal, .block_q = 128, .block_k = bk, .backend = "cuda"};
+                                .causal = causal, .block_q = 128, .block_k = bk, .backend = "cuda", .fast_math = fast};
           try {
             pl::Array out;
             const double ms = kernel_ms([&] { out = pl::ops::mha(q, k, v, pl::Array(), o); }, 2, 10);
-            report("attn fwd", tag, "palladium mha bq128 bk" + std::to_string(bk), ms, tflops(flops, ms));
+            report("attn fwd", tag, "palladium mha bq128 bk" + std::to_string(bk) + (fast ? "" : " exact-exp"), ms,
+                   tflops(flops, ms));
           } catch (const std::exception& e) {
             std::printf("FAIL attention %s bk%ld: %s\n", tag.c_str(), static_cast<long>(bk), e.what());
           }

@@ -224,7 +224,7 @@ Dims check_inputs(const char* name, const Array& q, const Array& k, const Array&
 
 std::string config_key(const Dims& d, const MhaOptions& o) {
   return detail::cat(d.batch, ",", d.seq_len, ",", d.num_heads, ",", d.head_dim, ",", d.block_q, ",", d.block_k, ",",
-                     o.sm_scale, ",", o.causal, ",", o.backend, ",", o.debug);
+                     o.sm_scale, ",", o.causal, ",", o.backend, ",", o.debug, ",", o.fast_math);
 }
 
 CallOptions call_options(const char* name, Shape grid, const MhaOptions& o) {
@@ -233,6 +233,7 @@ CallOptions call_options(const char* name, Shape grid, const MhaOptions& o) {
   c.grid = std::move(grid);
   c.backend = o.backend;
   c.debug = o.debug;
+  c.compiler_params.fast_math = o.fast_math;
   return c;
 }
 
@@ -262,7 +263,8 @@ std::vector<Array> forward(const Array& q, const Array& k, const Array& v, const
     mha_forward_kernel(r[0], r[1], r[2], r[3], r[4], r.subspan(5), o.sm_scale, o.causal, d.block_q, d.head_dim,
                        d.block_k);
   };
-  return cached_call<std::vector<Array>>(config_key(d, o) + (residual ? "+lse" : "") + (seg.defined() ? "+seg" : ""),
+  return cached_call<std::vector<Array>>(config_key(d, o) + (residual ? "+lse" : "") + (seg.defined() ? "+seg" : "") +
+                                             result_signature(outs),
                                          [&] { return pallas_call(kernel, outs, c); })
       .call({q, k, v, seg});
 }
@@ -286,9 +288,9 @@ Array mha_preprocess_backward(const Array& out, const Array& dout, const MhaOpti
   CallOptions c = call_options("mha_preprocess_backward", {cdiv(d.seq_len, d.block_q), d.batch, d.num_heads}, o);
   c.in_specs = {q_block(d), q_block(d)};
   c.out_specs = {BlockSpec({None, None, d.block_q}, [](Index i, Index j, Index h) { return idx(j, h, i); })};
-  return cached_call<Array>(config_key(d, o) + dtype_name(out.dtype()), [&] {
-    return pallas_call(preprocess_backward_kernel, ShapeDtype({d.batch, d.num_heads, d.seq_len}, f32), c);
-  })(out, dout);
+  const ShapeDtype result({d.batch, d.num_heads, d.seq_len}, f32);
+  return cached_call<Array>(config_key(d, o) + dtype_name(out.dtype()) + result_signature({result}),
+                            [&] { return pallas_call(preprocess_backward_kernel, result, c); })(out, dout);
 }
 
 std::tuple<Array, Array, Array> mha_backward(const Array& q, const Array& k, const Array& v, const Array& segment_ids,
@@ -315,7 +317,7 @@ std::tuple<Array, Array, Array> mha_backward(const Array& q, const Array& k, con
                         o.sm_scale, o.causal, d.block_q, d.block_k, d.block_q, d.block_k, d.head_dim);
   };
   std::vector<ShapeDtype> outs{{q.shape(), q.dtype()}, {k.shape(), k.dtype()}, {v.shape(), v.dtype()}};
-  auto r = cached_call<std::vector<Array>>(config_key(d, o) + (segment_ids.defined() ? "+seg" : ""),
+  auto r = cached_call<std::vector<Array>>(config_key(d, o) + (segment_ids.defined() ? "+seg" : "") + result_signature(outs),
                                            [&] { return pallas_call(kernel, outs, c); })
                .call({q, k, v, segment_ids, out, dout, lse, delta});
   return {r[0], r[1], r[2]};

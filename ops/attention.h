@@ -19,6 +19,9 @@ struct MhaOptions {
   int64_t block_k = 128;
   std::string backend;   // "" = the default backend
   bool debug = false;
+  // CUDA: exp and log on the special-function unit, as the seed's Triton lowering does (a few
+  // float32 ulps; see CompilerParams::fast_math). The interpreter and cpu are exact either way.
+  bool fast_math = true;
 };
 
 // mha(q, k, v, segment_ids): the attention output.

@@ -4,10 +4,20 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "palladium/call.h"
 
 namespace palladium::ops {
+
+// The key must determine everything baked into the Callable, the result shapes and dtypes
+// included: a Callable made for bfloat16 inputs returns bfloat16 outputs for any later input
+// signature, so call sites append result_signature(outs).
+inline std::string result_signature(const std::vector<ShapeDtype>& outs) {
+  std::string s;
+  for (const ShapeDtype& o : outs) s += "|" + std::string(dtype_name(o.dtype)) + shape_str(o.shape);
+  return s;
+}
 
 template <class R, class Make> Callable<R> cached_call(const std::string& key, Make make) {
   static std::mutex mu;

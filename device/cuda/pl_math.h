@@ -4,14 +4,46 @@
 #pragma once
 #include "cuda/pl_types.h"
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+// max.NaN/min.NaN (sm_80+): one instruction with the same NaN propagation (only the sign of a
+// max/min of +0 and -0 may differ from the interpreter's, as between XLA's backends).
+PL_DEVICE float pl_max(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+PL_DEVICE float pl_min(float a, float b) {
+  float r;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+#else
 PL_DEVICE float pl_max(float a, float b) { return (a != a || b != b) ? pl_nan_f() : (a > b ? a : b); }
 PL_DEVICE float pl_min(float a, float b) { return (a != a || b != b) ? pl_nan_f() : (a < b ? a : b); }
+#endif
 PL_DEVICE double pl_max(double a, double b) { return (a != a || b != b) ? pl_nan_d() : (a > b ? a : b); }
 PL_DEVICE double pl_min(double a, double b) { return (a != a || b != b) ? pl_nan_d() : (a < b ? a : b); }
 template <class T> PL_DEVICE T pl_max(T a, T b) { return a > b ? a : b; }
 template <class T> PL_DEVICE T pl_min(T a, T b) { return a < b ? a : b; }
 
 PL_DEVICE float pl_logistic(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// CompilerParams::fast_math: exp, exp2, log, log2 and logistic on the special-function unit
+// (ex2.approx/lg2.approx, as Triton lowers them), a few float32 ulps instead of the libdevice
+// sequences; exp(x) = 2^(x log2 e) also carries the rounding of x log2 e (|x| * 6e-8 relative).
+PL_DEVICE float pl_fast_exp2(float x) {
+  float r;
+  asm("ex2.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+PL_DEVICE float pl_fast_log2(float x) {
+  float r;
+  asm("lg2.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+PL_DEVICE float pl_fast_exp(float x) { return pl_fast_exp2(x * 1.4426950408889634f); }
+PL_DEVICE float pl_fast_log(float x) { return pl_fast_log2(x) * 0.6931471805599453f; }
+PL_DEVICE float pl_fast_logistic(float x) { return 1.0f / (1.0f + pl_fast_exp(-x)); }
 PL_DEVICE double pl_logistic(double x) { return 1.0 / (1.0 + exp(-x)); }
 PL_DEVICE float pl_rsqrt(float x) { return 1.0f / sqrtf(x); }
 PL_DEVICE double pl_rsqrt(double x) { return 1.0 / sqrt(x); }

@@ -19,6 +19,8 @@ struct CompilerParams {
   int num_warps = 0;       // CUDA: threads per program / 32 (0: chosen by the backend)
   int num_stages = 0;      // CUDA: pipelining depth hint
   bool allow_tf32 = false; // CUDA: float32 dot on TF32 tensor cores
+  bool fast_math = false;  // CUDA: float32 exp/exp2/log/log2/logistic on the special-function
+                           // unit (a few ulps, as Triton's); the interpreter and cpu stay exact
 };
 
 struct CallOptions {

@@ -76,6 +76,26 @@ TEST(CudaElementwise, UnaryMathFloatDtypes) {
   }
 }
 
+// CompilerParams::fast_math: exp, exp2, log, log2 and logistic on the special-function unit stay
+// within a few float32 ulps of the interpreter over |x| <= 10 (16-bit floats round the same).
+TEST(CudaElementwise, FastMathTranscendentals) {
+  PL_REQUIRE_NVRTC();
+  for (DType t : {f16, bf16, f32}) {
+    SCOPED_TRACE(dtype_name(t));
+    const Shape shape{4, 512};
+    auto kernel = [](pl::Refs r) {
+      pl::Value x = r[0][pl::all];
+      pl::Value p = jnp::abs(x) + 0.01;
+      int o = 1;
+      for (pl::Value v : {jnp::exp(x), jnp::exp2(x), jnp::log(p), jnp::log2(p), jnp::logistic(x)}) r[o++][pl::all] = v;
+    };
+    std::vector<ShapeDtype> outs(5, ShapeDtype(shape, t));
+    CallOptions options{.name = "fast_unary"};
+    options.compiler_params.fast_math = true;
+    check_kernel(kernel, outs, options, {uniform(31, shape, f32, -10, 10).astype(t)}, t == f32 ? 2e-6 : -1);
+  }
+}
+
 TEST(CudaElementwise, IntegerUnaryAndWrapping) {
   PL_REQUIRE_NVRTC();
   for (DType t : {i8, i16, i32, i64, u8, u32}) {

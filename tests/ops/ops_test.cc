@@ -63,6 +63,31 @@ INSTANTIATE_TEST_SUITE_P(
                                          Case{true, true, pl::bf16, 64, 16}, Case{false, false, pl::f16, 32, 32})),
     case_name);
 
+// Regression: ops keep one pallas_call per configuration, and that call's result dtypes were
+// once fixed by the first inputs it saw, so float32 inputs after bfloat16 ones at the same
+// configuration came back as bfloat16 (a 2e-3 error, silently).
+TEST(Attention, SameConfigurationInBfloat16ThenFloat32) {
+  const pl::Shape s{1, 64, 2, 16};
+  auto keys = pl::random::split(pl::random::key(77), 4);
+  pl::Array q = pl::random::normal(keys[0], s), k = pl::random::normal(keys[1], s);
+  pl::Array v = pl::random::normal(keys[2], s), dout = pl::random::normal(keys[3], s);
+  pl::ops::MhaOptions opt{.sm_scale = 0.3f, .causal = true, .block_q = 32, .block_k = 32, .backend = "interpret"};
+  auto low = pl::ops::mha_vjp(q.astype(pl::bf16), k.astype(pl::bf16), v.astype(pl::bf16), pl::Array(), opt);
+  auto [lq, lk, lv] = low.backward(dout.astype(pl::bf16));
+  EXPECT_EQ(low.out.dtype(), pl::bf16);
+  EXPECT_EQ(lq.dtype(), pl::bf16);
+  auto high = pl::ops::mha_vjp(q, k, v, pl::Array(), opt);
+  auto [dq, dk, dv] = high.backward(dout);
+  for (const pl::Array* a : {&high.out, &dq, &dk, &dv}) EXPECT_EQ(a->dtype(), pl::f32);
+  auto ref = pl::ops::mha_reference(q, k, v, pl::Array(), opt.sm_scale, opt.causal);
+  auto [rdq, rdk, rdv] = pl::ops::mha_reference_backward(q, k, v, pl::Array(), dout, opt.sm_scale, opt.causal);
+  EXPECT_LT(pl::rel_error(high.out, ref.out), 1e-5);
+  EXPECT_LT(pl::rel_error(pl::ops::mha(q, k, v, pl::Array(), opt), ref.out), 1e-5);
+  EXPECT_LT(pl::rel_error(dq, rdq), 1e-5);
+  EXPECT_LT(pl::rel_error(dk, rdk), 1e-5);
+  EXPECT_LT(pl::rel_error(dv, rdv), 1e-5);
+}
+
 TEST(AttentionErrors, BackwardNeedsEqualBlocks) {
   pl::Array q = pl::random::normal(pl::random::key(1), {1, 64, 1, 16});
   pl::ops::MhaOptions opt{.block_q = 32, .block_k = 16};

@@ -13,7 +13,22 @@ std::string call(const std::string& f, const std::string& a, const std::string& 
   return f + "(" + a + ", " + b + ")";
 }
 
-std::string float_unary(ir::Op op, bool single, const std::string& a) {
+// CompilerParams::fast_math for float32 and narrower: the special-function unit (pl_math.h).
+std::string fast_float_unary(ir::Op op, const std::string& a) {
+  switch (op) {
+    case ir::Op::Exp: return call("pl_fast_exp", a);
+    case ir::Op::Exp2: return call("pl_fast_exp2", a);
+    case ir::Op::Log: return call("pl_fast_log", a);
+    case ir::Op::Log2: return call("pl_fast_log2", a);
+    case ir::Op::Logistic: return call("pl_fast_logistic", a);
+    default: return "";
+  }
+}
+
+std::string float_unary(ir::Op op, bool single, bool fast, const std::string& a) {
+  if (single && fast) {
+    if (std::string e = fast_float_unary(op, a); !e.empty()) return e;
+  }
   const std::string f = single ? "f" : "";
   switch (op) {
     case ir::Op::Neg: return "-" + a;
@@ -108,7 +123,7 @@ std::string Emitter::elementwise_expr(const ir::Inst& in, const std::vector<std:
   switch (ir::op_family(in.op)) {
     case ir::Family::Unary:
       if (is_float(ot)) {
-        e = float_unary(in.op, is_f32_or_narrower(ot), a[0]);
+        e = float_unary(in.op, is_f32_or_narrower(ot), params_.fast_math, a[0]);
         needs_round = true;
       } else if (in.op == ir::Op::Not) {
         e = ot == DType::bool_ ? "!" + a[0] : "(" + reg_type(ot) + ")~" + a[0];
