@@ -43,6 +43,12 @@ void Emitter::emit_dot(const ir::Inst& in) {
   const int64_t K = ta ? as[0] : as[1];
   const bool tf32 = t == DType::float32 && params_.allow_tf32;
   const bool tensor = rl.kind == LayoutKind::Mma && ((is_16bit_float(t) && K % 16 == 0) || (tf32 && K % 8 == 0));
+  if (auto p = pipelined_by_dot_.find(&in); p != pipelined_by_dot_.end()) {
+    if (p->second->first_dot == &in) return;  // issued at the end of the previous iteration
+    emit_pipeline_next_issue(*p->second);
+    emit_wgmma(in, a, b, ta, tb, /*retire_later=*/true);
+    return;
+  }
   if (wgmma_dots_.count(&in)) {
     emit_wgmma(in, a, b, ta, tb);
     return;

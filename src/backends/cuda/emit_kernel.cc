@@ -82,7 +82,7 @@ void Emitter::close(const std::string& s) {
 void Emitter::barrier() { line("__syncthreads();"); }
 
 void Emitter::declare(ir::ValueId v) {
-  if (skip_registers.count(v)) return;
+  if (skip_registers.count(v) || in_place_.count(v)) return;
   const ir::Type& t = type(v);
   const Layout& l = layout_of(v);
   if (l.registers()) {
@@ -204,8 +204,13 @@ void Emitter::unsupported(const ir::Inst& in, const std::string& why) const {
 // ---------------------------------------------------------------- regions and control flow
 
 void Emitter::emit_region(const ir::Region& r) {
-  for (const ir::Inst& in : r.body)
-    if (in.op != ir::Op::Yield) emit_inst(in);
+  for (const ir::Inst& in : r.body) {
+    if (in.op == ir::Op::Yield) continue;
+    // A pipelined loop's last dot is still in flight into the carry this instruction reads.
+    for (const auto& [loop, p] : pipelined_)
+      if (p.carry_reader == &in) line("pl_wgmma_wait<0>();");
+    emit_inst(in);
+  }
 }
 
 static const ir::Inst& yield_of(const ir::Region& r) { return r.body.back(); }
@@ -283,6 +288,8 @@ void Emitter::emit_control(const ir::Inst& in) {
     init_results(2);
     const ir::Region& body = in.regions[0];
     for (size_t r = 0; r < in.results.size(); ++r) name_override_[body.args[1 + r]] = name(in.results[r]);
+    const PipelinedLoop* pipe = pipelined_loop(in);
+    if (pipe) name_override_[pipe->carry_reader->results[0]] = name(pipe->carry_arg);
     emit_loop_prologue(in);
     const std::string it = reg_type(type(body.args[0]).dtype);
     const std::string idx = "pl_i" + std::to_string(body.args[0]);
@@ -292,6 +299,7 @@ void Emitter::emit_control(const ir::Inst& in) {
     emit_region(body);
     assign_yield(yield_of(body), in.results);
     close();
+    if (pipe) line("pl_wgmma_wait<0>();");  // the last iteration's last dot
   } else if (in.op == ir::Op::While) {
     init_results(0);
     const ir::Region& cond = in.regions[0];

@@ -223,6 +223,7 @@ void Emitter::emit_home_fill(const ir::Inst& in, const SmemTile& tile, const std
 }
 
 std::string Emitter::home_expr(ir::ValueId v) const {
+  if (auto it = home_override_.find(v); it != home_override_.end()) return it->second;
   if (prefetch.count(v)) return "pl_home" + std::to_string(v);
   return "((pl_u16*)(pl_smem + " + std::to_string(smem_home.at(v).offset) + "))";
 }
@@ -268,7 +269,9 @@ void Emitter::emit_loop_prologue(const ir::Inst& loop) {
   if (loads.empty()) return;
   const std::string lo = name(loop.operands[0]) + "[0]", hi = name(loop.operands[1]) + "[0]";
   const std::string it = reg_type(type(loop.regions[0].args[0]).dtype);
-  for (int j = 0; j + 1 < stages_; ++j) {
+  // A pipelined loop prefetches stages - 2 ahead (dot_pipeline.cc); others stages - 1.
+  const PipelinedLoop* pipe = pipelined_loop(loop);
+  for (int j = 0; j + (pipe ? 2 : 1) < stages_; ++j) {
     open("");
     line("const " + it + " pl_pre = " + lo + " + " + std::to_string(j) + ";");
     open("if (pl_pre < " + hi + ")");
@@ -277,6 +280,7 @@ void Emitter::emit_loop_prologue(const ir::Inst& loop) {
     close();
     line("pl_cp_async_commit();");
   }
+  if (pipe) emit_pipeline_prologue(*pipe);
 }
 
 void Emitter::emit_smem_load(const ir::Inst& in, const SmemTile& tile) {
@@ -302,7 +306,18 @@ void Emitter::emit_smem_load(const ir::Inst& in, const SmemTile& tile) {
   const ir::Region& body = loop.regions[0];
   const std::string i = name(body.args[0]) + "[0]", lo = name(loop.operands[0]) + "[0]",
                     hi = name(loop.operands[1]) + "[0]";
-  if (loads.front() == &in) {
+  if (loads.front() == &in && pipelined_loop(loop)) {
+    // Pipelined: this iteration's tiles were made visible before its first dot was issued, at
+    // the end of the previous iteration, and the buffer of iteration i - 2 is free (its last dot
+    // was retired before that iteration's closing barrier).
+    open("");
+    line("const " + reg_type(type(body.args[0]).dtype) + " pl_nx = " + i + " + " + std::to_string(stages_ - 2) + ";");
+    open("if (pl_nx < " + hi + ")");
+    for (const ir::Inst* l : loads) emit_prefetch_issue(*l, "pl_nx", home_buffer(l->results[0], "pl_nx", lo));
+    close();
+    close();
+    line("pl_cp_async_commit();");
+  } else if (loads.front() == &in) {
     line("pl_cp_async_wait<" + std::to_string(stages_ - 2) + ">();");
     if (!wgmma_dots_.empty()) line("pl_fence_proxy_async();");
     barrier();

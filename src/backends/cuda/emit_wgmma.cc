@@ -109,18 +109,9 @@ std::string Emitter::home_element(ir::ValueId v, const std::string& r, const std
   return home_expr(v) + "[(" + r + ") * " + std::to_string(tile.row_stride()) + " + " + c + "]";
 }
 
-void Emitter::emit_wgmma(const ir::Inst& in, ir::ValueId a, ir::ValueId b, bool ta, bool tb) {
+void Emitter::emit_wgmma(const ir::Inst& in, ir::ValueId a, ir::ValueId b, bool ta, bool tb, bool retire_later) {
   const ir::ValueId r = in.results[0];
   const Layout& rl = layout_of(r);
-  const DType t = type(a).dtype;
-  const int64_t n = rl.shape[1];
-  const int64_t k = ta ? type(a).shape[0] : type(a).shape[1];
-  const bool a_regs = !smem_home.count(a);
-  PL_ASSERT(smem_home.count(b) && smem_home.at(b).swizzled && (a_regs || smem_home.at(a).swizzled),
-            "wgmma operands must be swizzled homes (or A in registers)");
-  const std::string fn = variant_name(n, a_regs, ta, tb, t);
-  wgmma_variants_.insert(fn);
-
   // Accumulators: in place into the addend, from a copy of it, or zero (as emit_dot).
   const ir::ValueId addend = dot_addend.count(r) ? dot_addend.at(r) : -1;
   if (addend >= 0 && uses(addend) == 1 && loop_depth_of(addend) == loop_depth_of(r) && layout_of(addend).registers()) {
@@ -131,6 +122,22 @@ void Emitter::emit_wgmma(const ir::Inst& in, ir::ValueId a, ir::ValueId b, bool 
     line(at(r) + " = " + (addend >= 0 ? at(addend) : std::string("0.0f")) + ";");
     close();
   }
+  emit_wgmma_issue(in, a, b, ta, tb);
+  line("pl_wgmma_commit();");
+  line(retire_later ? "pl_wgmma_wait<1>();" : "pl_wgmma_wait<0>();");
+}
+
+void Emitter::emit_wgmma_issue(const ir::Inst& in, ir::ValueId a, ir::ValueId b, bool ta, bool tb) {
+  const ir::ValueId r = in.results[0];
+  const Layout& rl = layout_of(r);
+  const DType t = type(a).dtype;
+  const int64_t n = rl.shape[1];
+  const int64_t k = ta ? type(a).shape[0] : type(a).shape[1];
+  const bool a_regs = !smem_home.count(a);
+  PL_ASSERT(smem_home.count(b) && smem_home.at(b).swizzled && (a_regs || smem_home.at(a).swizzled),
+            "wgmma operands must be swizzled homes (or A in registers)");
+  const std::string fn = variant_name(n, a_regs, ta, tb, t);
+  wgmma_variants_.insert(fn);
   const int64_t b_rows = type(b).shape[0];
   const std::string bdesc = tb ? "pl_wgmma_desc_k(" + home_expr(b) + ", " + std::to_string(b_rows) + ", kk)"
                                : "pl_wgmma_desc_mn(" + home_expr(b) + ", " + std::to_string(b_rows) + ", kk)";
@@ -175,8 +182,6 @@ void Emitter::emit_wgmma(const ir::Inst& in, ir::ValueId a, ir::ValueId b, bool 
     line(fn + "(" + name(r) + ", " + adesc + ", " + bdesc + ");");
   }
   close();
-  line("pl_wgmma_commit();");
-  line("pl_wgmma_wait<0>();");
   close();
 }
 

@@ -125,7 +125,31 @@ class Emitter {
   std::set<ir::ValueId> swizzled_homes_;
   bool wgmma_candidate(const ir::Inst& dot) const;    // shape, dtype and target allow it
   void choose_wgmma(std::vector<std::pair<ir::ValueId, bool>>& homes);
-  void emit_wgmma(const ir::Inst& in, ir::ValueId a, ir::ValueId b, bool ta, bool tb);
+  // The accumulator set-up, the issue, one commit group and its wait (<1> when `retire_later`:
+  // the group before it, not this one, must be complete).
+  void emit_wgmma(const ir::Inst& in, ir::ValueId a, ir::ValueId b, bool ta, bool tb, bool retire_later = false);
+  void emit_wgmma_issue(const ir::Inst& in, ir::ValueId a, ir::ValueId b, bool ta, bool tb);  // fence + MMAs
+  // Software-pipelined loops (dot_pipeline.cc).
+  struct PipelinedLoop {
+    const ir::Inst* loop = nullptr;
+    const ir::Inst* first_dot = nullptr;     // issued one iteration ahead
+    const ir::Inst* last_dot = nullptr;      // retired where its carry is next read
+    const ir::Inst* carry_reader = nullptr;  // the carry's only reader; computes in place
+    ir::ValueId carry_arg = -1;
+  };
+  std::map<const ir::Inst*, PipelinedLoop> pipelined_;              // by loop
+  std::map<const ir::Inst*, const PipelinedLoop*> pipelined_by_dot_;  // first and last dots
+  std::set<ir::ValueId> in_place_;        // results written into their carry's registers
+  std::map<ir::ValueId, std::string> home_override_;  // home_expr for another iteration's tiles
+  void find_pipelined_loops();
+  void emit_pipeline_prologue(const PipelinedLoop& p);
+  void emit_first_dot_issue(const PipelinedLoop& p, const std::string& iteration);
+  void emit_pipeline_next_issue(const PipelinedLoop& p);
+  std::vector<ir::ValueId> prefetched_loads_values(const ir::Inst& loop) const;
+  const PipelinedLoop* pipelined_loop(const ir::Inst& loop) const {
+    auto it = pipelined_.find(&loop);
+    return it == pipelined_.end() ? nullptr : &it->second;
+  }
   std::string wgmma_functions() const;
   std::string home_element(ir::ValueId v, const std::string& r, const std::string& c) const;  // lvalue
   void emit_home_store(ir::ValueId v);
