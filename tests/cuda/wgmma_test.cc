@@ -2,7 +2,12 @@
 // orientations it takes, in loops with prefetched operands, and the attention kernels (whose
 // backward mixes wgmma dots with mma.sync ones over shared operand tiles). Without a GPU the
 // kernels are compiled for sm_90a by NVRTC, so the wgmma code generation is checked there too.
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "ops/attention.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -52,6 +57,37 @@ TEST(CudaWgmma, MatmulKLoop) {
     };
     expect_cuda_matches(make, {normal(3, {m, k}, bf16), normal(4, {k, n}, bf16)}, 1e-2);
   }
+}
+
+// The software-pipelined loop (dot_pipeline.cc) where it applies, the attention forward at
+// head_dim 128 and block_k 64 (a program has its SM to itself): present in the generated source,
+// absent with PALLADIUM_CUDA_PIPELINE=0, and both kernels agree with the interpreter.
+TEST(CudaWgmma, PipelinedAttentionLoop) {
+  PL_REQUIRE_NVRTC();
+  WgmmaOn on;
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("pl-pipeline-test-" + std::to_string(::getpid()))).string();
+  test_support::ScopedEnv debug_dir{"PALLADIUM_DEBUG_DIR", dir};
+  const Shape shape{1, 512, 2, 128};
+  Array q = normal(21, shape, bf16), k = normal(22, shape, bf16), v = normal(23, shape, bf16);
+  for (bool pipelined : {true, false}) {
+    SCOPED_TRACE(pipelined ? "pipelined" : "not pipelined");
+    test_support::ScopedEnv pipe{"PALLADIUM_CUDA_PIPELINE", pipelined ? "1" : "0"};
+    std::filesystem::remove_all(dir);
+    // Distinct scales: ops keeps one pallas_call per configuration.
+    pl::ops::MhaOptions o{.sm_scale = pipelined ? 0.0884f : 0.0885f, .causal = true, .block_q = 128, .block_k = 64,
+                          .backend = "cuda", .debug = true};
+    Array got = pl::ops::mha(q, k, v, Array(), o);
+    std::ifstream file(dir + "/pl_mha_forward.cu");
+    std::stringstream source;
+    source << file.rdbuf();
+    ASSERT_FALSE(source.str().empty()) << "no generated source in " << dir;
+    EXPECT_EQ(source.str().find("pl_wgmma_wait<1>") != std::string::npos, pipelined);
+    o.backend = "interpret";
+    o.debug = false;
+    EXPECT_TRUE(agree(to_host(got), pl::ops::mha(q, k, v, Array(), o), 2e-2));
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CudaWgmma, AttentionForwardAndBackward) {
