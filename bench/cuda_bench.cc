@@ -2,7 +2,9 @@
 // tools/gpu_run.sh):
 //   - f32 vector add of 2^28 elements as a Palladium kernel vs the device-to-device copy bandwidth;
 //   - bf16 matmul 8192^3 as a Palladium kernel vs cuBLASLt called from this binary;
-//   - the seed attention forward (ops::mha), bf16, batch*seq = 16384, hidden 2048;
+//   - the seed attention forward (ops::mha), bf16, batch*seq = 16384, hidden 2048, and forward +
+//     backward through the custom VJP;
+//   - IndRNN, T=1000, F=1024 (peers: jax lax.scan and Pallas-Triton, in peers/jax_peers.py);
 //   - compile time of the attention kernel, cold and from the disk cache;
 //   - the launch overhead of a tiny kernel.
 // Kernel times are CUDA-event medians around each launch (the backend's launch timing); "call"
@@ -25,6 +27,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/device_runtime.h"
 #include "ops/attention.h"
+#include "ops/indrnn.h"
 
 #ifdef PL_HAVE_CUBLASLT
 #include <cublasLt.h>
@@ -262,6 +265,60 @@ void bench_attention() {
   }
 }
 
+// Forward + backward through the custom VJP (forward with residuals, preprocess, dq/dk/dv),
+// counted as 3.5x the forward's flops like the peers; the seed's backward needs block_q == block_k.
+void bench_attention_backward() {
+  for (int64_t d : {64, 128}) {
+    for (int64_t seq : {2048, 8192}) {
+      const int64_t batch = 16384 / seq, heads = 2048 / d;
+      pl::Shape shape{batch, seq, heads, d};
+      pl::Array q = pl::to_device(pl::random::normal(pl::random::key(5), shape, pl::bf16), gpu());
+      pl::Array k = pl::to_device(pl::random::normal(pl::random::key(6), shape, pl::bf16), gpu());
+      pl::Array v = pl::to_device(pl::random::normal(pl::random::key(7), shape, pl::bf16), gpu());
+      pl::Array dout = pl::to_device(pl::random::normal(pl::random::key(9), shape, pl::bf16), gpu());
+      for (bool causal : {false, true}) {
+        const double flops = 3.5 * 4.0 * batch * heads * seq * seq * d / (causal ? 2 : 1);
+        const std::string tag = "b" + std::to_string(batch) + " s" + std::to_string(seq) + " h" +
+                                std::to_string(heads) + " d" + std::to_string(d) + " c" + std::to_string(causal);
+        for (int64_t block : {64, 128}) {
+          pl::ops::MhaOptions o{.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
+                                .causal = causal, .block_q = block, .block_k = block, .backend = "cuda"};
+          try {
+            auto step = [&] {
+              auto vjp = pl::ops::mha_vjp(q, k, v, pl::Array(), o);
+              auto grads = vjp.backward(dout);
+              (void)grads;
+            };
+            const double ms = events_ms(step, 3);
+            report("attn fwd+bwd", tag, "palladium mha_vjp b" + std::to_string(block), ms, tflops(flops, ms));
+          } catch (const std::exception& e) {
+            std::printf("FAIL attention bwd %s b%ld: %s\n", tag.c_str(), static_cast<long>(block), e.what());
+          }
+        }
+      }
+    }
+  }
+}
+
+// IndRNN (T=1000, F=1024, float32): one program per block of features runs all 1000 steps; the
+// peers are jax's lax.scan and the Pallas-Triton kernel (peers/jax_peers.py indrnn, same job).
+void bench_indrnn() {
+  const int64_t steps = 1000, features = 1024;
+  auto keys = pl::random::split(pl::random::key(11), 3);
+  pl::Array x = pl::random::normal(keys[0], {steps, features});
+  pl::Array u = pl::random::uniform(keys[1], {features}, pl::f32, -1.0, 1.0);
+  pl::Array h0 = pl::random::normal(keys[2], {features});
+  const pl::Array reference = pl::ops::indrnn_reference(x, u, h0);
+  pl::Array dx = pl::to_device(x, gpu()), du = pl::to_device(u, gpu()), dh = pl::to_device(h0, gpu());
+  for (int64_t bf : {16, 32, 64, 128, 256}) {
+    pl::Array out;
+    const double ms = kernel_ms([&] { out = pl::ops::indrnn(dx, du, dh, bf, "cuda"); }, 2, 20);
+    const double err = pl::rel_error(pl::to_host(out), reference);
+    if (err > 1e-5) std::printf("FAIL indrnn bf%ld: relative error %.2e\n", static_cast<long>(bf), err);
+    report("indrnn f32", "T1000 F1024", "palladium bf" + std::to_string(bf), ms, "");
+  }
+}
+
 // Compile time of the attention kernel: the first call in this process (device already
 // initialised). With an empty cache directory that is trace + codegen + NVRTC + module load
 // ("compile"); run again as a second process on the same directory ("compile-disk") it is
@@ -327,7 +384,7 @@ int main(int argc, char** argv) {
   palladium::cuda::set_launch_timing(true);
   std::vector<std::string> parts;
   for (int i = 1; i < argc; ++i) parts.emplace_back(argv[i]);
-  if (parts.empty()) parts = {"compile", "add", "matmul", "attention", "launch"};
+  if (parts.empty()) parts = {"compile", "add", "matmul", "attention", "attention-bwd", "indrnn", "launch"};
   for (const std::string& p : parts) {
     try {
       if (p == "compile") bench_compile(false);
@@ -335,6 +392,8 @@ int main(int argc, char** argv) {
       else if (p == "add") bench_add();
       else if (p == "matmul") bench_matmul();
       else if (p == "attention") bench_attention();
+      else if (p == "attention-bwd") bench_attention_backward();
+      else if (p == "indrnn") bench_indrnn();
       else if (p == "launch") bench_launch();
     } catch (const std::exception& e) {
       std::printf("FAIL %s: %s\n", p.c_str(), e.what());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "ops/call_cache.h"
 #include "palladium/palladium.h"
 
 namespace palladium::ops {
@@ -27,7 +28,9 @@ Array indrnn(const Array& x, const Array& u, const Array& h0, int64_t block_f, c
                    .out_specs = {BlockSpec({steps, block_f}, [](Index i) { return idx(0, i); })},
                    .name = "indrnn",
                    .backend = backend};
-  return pallas_call(kernel, ShapeDtype(x.shape(), x.dtype()), opts)(x, u, h0);
+  const std::vector<ShapeDtype> outs{ShapeDtype(x.shape(), x.dtype())};
+  const std::string key = detail::cat(steps, ",", features, ",", block_f, ",", backend) + result_signature(outs);
+  return cached_call<Array>(key, [&] { return pallas_call(kernel, outs[0], opts); })(x, u, h0);
 }
 
 Array indrnn_reference(const Array& x, const Array& u, const Array& h0) {
