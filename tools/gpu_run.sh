@@ -96,8 +96,8 @@ for part in "${parts[@]}"; do
     peers)
       stage torch_peers 120 python3 .peers/torch_peers.py
       grep -E "^ROW|^FAIL" "$OUT/torch_peers.log"
-      stage jax_peers 200 python3 .peers/jax_peers.py attention
-      grep -E "^ROW|^CHECK|^FAIL" "$OUT/jax_peers.log" | grep -v "bwd"
+      stage jax_peers 240 python3 .peers/jax_peers.py attention indrnn
+      grep -E "^ROW|^CHECK|^FAIL" "$OUT/jax_peers.log"
       ;;
   esac
 done
