@@ -247,8 +247,11 @@ void bench_attention() {
         const double flops = 4.0 * batch * heads * seq * seq * d / (causal ? 2 : 1);
         const std::string tag = "b" + std::to_string(batch) + " s" + std::to_string(seq) + " h" +
                                 std::to_string(heads) + " d" + std::to_string(d) + " c" + std::to_string(causal);
-        // fast_math (the default of ops::mha, as Triton's exp) and the exact libdevice exp.
+        // fast_math (the default of ops::mha, as Triton's exp); PL_BENCH_EXACT_EXP=1 adds the exact
+        // libdevice exp for comparison.
+        const bool exact_too = std::getenv("PL_BENCH_EXACT_EXP") && std::string(std::getenv("PL_BENCH_EXACT_EXP")) == "1";
         for (int64_t bk : {64, 128}) for (bool fast : {true, false}) {
+          if (!fast && !exact_too) continue;
           pl::ops::MhaOptions o{.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
                                 .causal = causal, .block_q = 128, .block_k = bk, .backend = "cuda", .fast_math = fast};
           try {
