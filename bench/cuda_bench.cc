@@ -208,7 +208,7 @@ void bench_matmul() {
   struct Config { int64_t bm, bn, bk; int warps, stages; };
   // 8 warps per 128 rows (16 per 256) run on wgmma (sm_90a); 4 warps per 128 rows on mma.sync.
   for (Config c : {Config{128, 128, 64, 8, 3}, Config{128, 128, 64, 8, 4}, Config{128, 256, 64, 8, 3},
-                   Config{256, 128, 64, 16, 3}, Config{128, 128, 64, 4, 3}}) {
+                   Config{128, 256, 64, 8, 4}, Config{256, 128, 64, 16, 3}, Config{128, 128, 64, 4, 3}}) {
     try {
       auto mm = matmul_call(n, c.bm, c.bn, c.bk, c.warps, c.stages);
       pl::Array out = mm(a, b);

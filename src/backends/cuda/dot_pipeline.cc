@@ -1,5 +1,6 @@
-// Software pipelining of a loop's wgmma dots (sm_90a), the FlashAttention-3 overlap for any kernel
-// of the same shape: in
+// Software pipelining of a loop's wgmma dots (sm_90a). A loop with one dot accumulating into its
+// carry (a matmul's K loop) keeps each dot in flight across the next iteration's waits. And the
+// FlashAttention-3 overlap for any kernel of the same shape: in
 //     for i: s = dot(q, k_i); ...elementwise on s...; acc = f(acc) + dot(p, v_i)
 // the first dot of iteration i + 1 is issued just before the last dot of iteration i, and that
 // last dot is retired only where its accumulator (a loop carry) is next read, after the next
@@ -58,6 +59,28 @@ void Emitter::find_pipelined_loops() {
       std::vector<const ir::Inst*> dots;
       for (const ir::Inst& in : body.body)
         if (in.op == ir::Op::Dot) dots.push_back(&in);
+      if (dots.size() == 1 && wgmma_dots_.count(dots[0])) {
+        // A K loop: acc = acc + dot(a_i, b_i), the accumulator being the carry itself. Each dot
+        // stays in flight while the next iteration's tiles are awaited; consecutive MMAs into one
+        // accumulator need no wait between them.
+        const ir::Inst& d = *dots[0];
+        const ir::ValueId acc = d.results[0];
+        if (!dot_addend.count(acc)) continue;
+        const ir::ValueId carry_arg = dot_addend.at(acc);
+        ir::ValueId sum = -1;
+        for (const auto& [v, target] : alias_of)
+          if (target == acc) sum = v;
+        int carry = -1;
+        for (size_t j = 0; j < yield.operands.size(); ++j)
+          if (yield.operands[j] == sum && body.args[j + 1] == carry_arg) carry = static_cast<int>(j);
+        if (sum < 0 || carry < 0 || uses(carry_arg) != 1 || !layout_of(carry_arg).registers()) continue;
+        PipelinedLoop p;
+        p.loop = &loop;
+        p.last_dot = &d;
+        p.carry_arg = carry_arg;
+        pipelined_[&loop] = p;
+        continue;
+      }
       if (dots.size() < 2) continue;
       const ir::Inst& first = *dots.front();
       const ir::Inst& last = *dots.back();
@@ -107,14 +130,16 @@ void Emitter::find_pipelined_loops() {
   };
   visit(k_.body);
   for (const auto& [loop, p] : pipelined_) {
-    pipelined_by_dot_[p.first_dot] = &p;
     pipelined_by_dot_[p.last_dot] = &p;
+    if (!p.first_dot) continue;
+    pipelined_by_dot_[p.first_dot] = &p;
     in_place_.insert(p.carry_reader->results[0]);
   }
 }
 
 // Before a pipelined loop (after its S - 2 prefetch groups): the first dot of iteration lo.
 void Emitter::emit_pipeline_prologue(const PipelinedLoop& p) {
+  if (!p.first_dot) return;
   const ir::Inst& loop = *p.loop;
   const std::string lo = name(loop.operands[0]) + "[0]", hi = name(loop.operands[1]) + "[0]";
   declare(p.first_dot->results[0]);
@@ -149,6 +174,7 @@ void Emitter::emit_first_dot_issue(const PipelinedLoop& p, const std::string& it
 // At the last dot of iteration i: make iteration i + 1's tiles visible, issue its first dot, then
 // the last dot itself (by the caller), each its own commit group.
 void Emitter::emit_pipeline_next_issue(const PipelinedLoop& p) {
+  if (!p.first_dot) return;
   const ir::Region& body = p.loop->regions[0];
   const std::string i = name(body.args[0]) + "[0]", hi = name(p.loop->operands[1]) + "[0]";
   line("pl_cp_async_wait<" + std::to_string(stages_ - 3) + ">();");

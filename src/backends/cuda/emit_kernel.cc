@@ -289,7 +289,7 @@ void Emitter::emit_control(const ir::Inst& in) {
     const ir::Region& body = in.regions[0];
     for (size_t r = 0; r < in.results.size(); ++r) name_override_[body.args[1 + r]] = name(in.results[r]);
     const PipelinedLoop* pipe = pipelined_loop(in);
-    if (pipe) name_override_[pipe->carry_reader->results[0]] = name(pipe->carry_arg);
+    if (pipe && pipe->carry_reader) name_override_[pipe->carry_reader->results[0]] = name(pipe->carry_arg);
     emit_loop_prologue(in);
     const std::string it = reg_type(type(body.args[0]).dtype);
     const std::string idx = "pl_i" + std::to_string(body.args[0]);

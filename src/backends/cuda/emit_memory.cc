@@ -309,7 +309,12 @@ void Emitter::emit_smem_load(const ir::Inst& in, const SmemTile& tile) {
   if (loads.front() == &in && pipelined_loop(loop)) {
     // Pipelined: this iteration's tiles were made visible before its first dot was issued, at
     // the end of the previous iteration, and the buffer of iteration i - 2 is free (its last dot
-    // was retired before that iteration's closing barrier).
+    // was retired before that iteration's closing barrier). A K loop (no first dot) waits here.
+    if (!pipelined_loop(loop)->first_dot) {
+      line("pl_cp_async_wait<" + std::to_string(stages_ - 3) + ">();");
+      line("pl_fence_proxy_async();");
+      barrier();
+    }
     open("");
     line("const " + reg_type(type(body.args[0]).dtype) + " pl_nx = " + i + " + " + std::to_string(stages_ - 2) + ";");
     open("if (pl_nx < " + hi + ")");

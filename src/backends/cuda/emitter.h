@@ -132,9 +132,9 @@ class Emitter {
   // Software-pipelined loops (dot_pipeline.cc).
   struct PipelinedLoop {
     const ir::Inst* loop = nullptr;
-    const ir::Inst* first_dot = nullptr;     // issued one iteration ahead
+    const ir::Inst* first_dot = nullptr;     // issued one iteration ahead (none in a K loop)
     const ir::Inst* last_dot = nullptr;      // retired where its carry is next read
-    const ir::Inst* carry_reader = nullptr;  // the carry's only reader; computes in place
+    const ir::Inst* carry_reader = nullptr;  // the carry's only reader; computes in place (or none)
     ir::ValueId carry_arg = -1;
   };
   std::map<const ir::Inst*, PipelinedLoop> pipelined_;              // by loop
