@@ -44,10 +44,6 @@ PL_DEVICE float pl_fast_log2(float x) {
 PL_DEVICE float pl_fast_exp(float x) { return pl_fast_exp2(x * 1.4426950408889634f); }
 PL_DEVICE float pl_fast_log(float x) { return pl_fast_log2(x) * 0.6931471805599453f; }
 PL_DEVICE float pl_fast_logistic(float x) { return 1.0f / (1.0f + pl_fast_exp(-x)); }
-// exp(x - y): the rounding of x log2 e and y log2 e adds about (|x| + |y|) * 6e-8 relative.
-PL_DEVICE float pl_fast_exp_diff(float x, float y) {
-  return pl_fast_exp2(fmaf(x, 1.4426950408889634f, -(y * 1.4426950408889634f)));
-}
 PL_DEVICE double pl_logistic(double x) { return 1.0 / (1.0 + exp(-x)); }
 PL_DEVICE float pl_rsqrt(float x) { return 1.0f / sqrtf(x); }
 PL_DEVICE double pl_rsqrt(double x) { return 1.0 / sqrt(x); }

@@ -1,5 +1,7 @@
 // Elementwise ops, leaves and casts on every dtype: cuda against the interpreter. Each kernel
 // computes many ops at once (one output each), so one NVRTC compile covers a family.
+#include <limits>
+
 #include "tests/cuda/cuda_test_util.h"
 
 namespace palladium::cudatest {
@@ -94,6 +96,19 @@ TEST(CudaElementwise, FastMathTranscendentals) {
     options.compiler_params.fast_math = true;
     check_kernel(kernel, outs, options, {uniform(31, shape, f32, -10, 10).astype(t)}, t == f32 ? 2e-6 : -1);
   }
+  // Attention's mask value, -0.7 * FLT_MAX, through exp(x - m): a fully masked row gives
+  // exp(0) = 1, a masked entry beside real scores exp(-huge) = 0. (A fused 2^(x log2 e - m log2 e)
+  // once overflowed to 2^inf here.)
+  const float mask = -0.7f * std::numeric_limits<float>::max();
+  std::vector<float> x(256), m(256);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = i % 3 == 0 ? mask : static_cast<float>(i % 17) - 8.0f;
+    m[i] = i % 2 == 0 ? mask : 8.0f;
+  }
+  auto diff = [](pl::Ref a, pl::Ref b, pl::Ref o) { o[pl::all] = jnp::exp(a[pl::all] - b[pl::all]); };
+  CallOptions options{.name = "fast_exp_masked"};
+  options.compiler_params.fast_math = true;
+  check_kernel(diff, {ShapeDtype({256}, f32)}, options, {pl::from_vector(x), pl::from_vector(m)}, 2e-6);
 }
 
 TEST(CudaElementwise, IntegerUnaryAndWrapping) {

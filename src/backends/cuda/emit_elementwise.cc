@@ -172,15 +172,7 @@ void Emitter::emit_elementwise(const ir::Inst& in) {
   if (alias_of.count(r)) return;  // an add folded into its dot's accumulator (emit_dot.cc)
   std::vector<std::string> a;
   for (ir::ValueId v : in.operands) a.push_back(at(v));
-  std::string e = elementwise_expr(in, a);
-  // fast_math: exp(x - y) of float32 x, y as 2^(x log2 e - y log2 e), one FFMA and the SFU (as
-  // FlashAttention folds log2 e into its scale); the subtraction's own result goes unused.
-  if (const ir::Inst* d = def(in.operands[0]); params_.fast_math && in.op == ir::Op::Exp && d && d->op == ir::Op::Sub &&
-                                               type(d->results[0]).dtype == DType::float32 &&
-                                               is_f32_or_narrower(type(r).dtype)) {
-    e = "pl_fast_exp_diff(" + at(d->operands[0]) + ", " + at(d->operands[1]) + ")";
-    if (!round_fn(type(r).dtype).empty()) e = round_fn(type(r).dtype) + "(" + e + ")";
-  }
+  const std::string e = elementwise_expr(in, a);
   declare(r);
   open_slots(layout_of(r));
   line(at(r) + " = " + e + ";");
