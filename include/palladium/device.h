@@ -1,10 +1,12 @@
 // Devices and explicit transfers. Arrays live on the host (Device{cpu}) unless moved to a GPU with
 // to_device; a pallas_call whose inputs are on a GPU runs there and leaves its outputs there (no
-// copies), while one given host Arrays copies them in and its results back out.
+// copies), while one given host Arrays copies them in and its results back out. Device work is
+// queued on the current stream of its device (palladium/stream.h).
 #pragma once
 #include <string>
 
 #include "palladium/array.h"
+#include "palladium/stream.h"
 
 namespace palladium {
 
@@ -18,12 +20,13 @@ Device cuda_device(int index = 0);
 std::string device_description(Device d);
 
 // A copy of `a` on device `d` (a plain device allocation; to_device(a, cpu) copies to the host).
+// From the host it returns once the copy is done; between devices it is queued, never through the host.
 Array to_device(const Array& a, Device d);
-// A host copy of `a` (a itself if it is already on the host).
+// A host copy of `a` (a itself if it is already on the host), after all queued work that used `a`.
 Array to_host(const Array& a);
-// An uninitialised Array on `d`.
+// An uninitialised Array on `d`, its memory ordered for d's current stream.
 Array empty(Shape shape, DType dtype, Device d);
-// Waits until all work queued on `d` is done; raises any device fault as an Error.
+// Waits until all work queued on `d`, on every stream, is done; raises any device fault as an Error.
 void synchronize(Device d);
 
 // Forgets the compiled CUDA kernels held in memory (the on-disk cache stays): the next compile of

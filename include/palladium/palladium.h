@@ -11,4 +11,5 @@
 #include "palladium/random.h"
 #include "palladium/ref.h"
 #include "palladium/spec.h"
+#include "palladium/stream.h"
 #include "palladium/value.h"

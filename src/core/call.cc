@@ -6,6 +6,7 @@
 
 #include "backends/backend.h"
 #include "core/grid_mapping.h"
+#include "palladium/device.h"
 #include "trace/context.h"
 
 namespace palladium::detail {
@@ -182,7 +183,9 @@ std::vector<Array> invoke(const CallImpl& call, const std::vector<Array>& inputs
   for (const ShapeDtype& s : e->outputs) outputs.emplace_back(s.shape, s.dtype);
   for (auto [in, out] : e->aliases) {
     PL_ASSERT(inputs[static_cast<size_t>(in)].shape() == outputs[static_cast<size_t>(out)].shape(), "aliased shapes differ");
-    outputs[static_cast<size_t>(out)] = inputs[static_cast<size_t>(in)].copy();
+    const Array& src = inputs[static_cast<size_t>(in)];
+    // A device input is copied on its device (on the current stream), never through the host.
+    outputs[static_cast<size_t>(out)] = src.device().kind == Device::cpu ? src.copy() : to_device(src, src.device());
   }
   e->exe->run(inputs, outputs);
   return outputs;

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <unistd.h>
 
 #include "backends/common/debug_print.h"
@@ -20,6 +21,7 @@
 #include "backends/cuda/codegen.h"
 #include "backends/cuda/device_runtime.h"
 #include "backends/cuda/nvrtc_compiler.h"
+#include "backends/cuda/stream.h"
 #include "backends/interp/interpreter.h"
 #include "palladium/device.h"
 
@@ -73,7 +75,8 @@ void write_debug_files(const std::string& kernel_name, const GeneratedKernel& g,
   std::filesystem::create_directories(dir);
   const std::string base = dir + "/" + g.entry;
   std::ofstream(base + ".cu") << g.source;
-  std::ofstream(base + ".ptx") << ptx;
+  // NVRTC's PTX size counts the terminating NUL, which ptxas rejects in a file.
+  std::ofstream(base + ".ptx") << ptx.substr(0, ptx.find_last_not_of('\0') + 1);
   std::ofstream(base + ".cubin", std::ios::binary) << cubin;
   std::cout << "--- pallas_call '" << kernel_name << "' (cuda): " << g.threads << " threads per program, "
             << g.shared_bytes << " bytes of shared memory, " << g.scratch_bytes << " bytes of scratch per program\n"
@@ -133,6 +136,43 @@ void print_debug_records(const ir::Kernel& k, const GeneratedKernel& g, const st
   if (truncated) std::cout << "[" << k.name << "] debug_print output truncated (buffer full)\n" << std::flush;
 }
 
+CUdeviceptr device_ptr(const Array& a) { return reinterpret_cast<CUdeviceptr>(a.data()); }
+
+// An uninitialised array on cuda:ordinal, its memory ordered for `stream`.
+Array device_array(const Shape& shape, DType dtype, int ordinal, StreamRef stream) {
+  const size_t bytes = static_cast<size_t>(numel(shape)) * static_cast<size_t>(itemsize(dtype));
+  return Array(shape, dtype, device_storage(ordinal, bytes, stream));
+}
+
+// Where a call runs: on the device of its device-resident inputs (device inputs keep the outputs on
+// the device), else on that of the innermost StreamScope if it names a CUDA stream, else on cuda:0
+// (host inputs are copied in and the outputs copied back); always on that device's current stream.
+struct Placement {
+  int ordinal = 0;
+  bool on_device = false;
+  Stream stream;
+};
+
+Placement place_call(const std::string& kernel_name, const std::vector<Array>& inputs) {
+  const std::string call = "pallas_call '" + kernel_name + "'";
+  std::optional<Device> dev;
+  for (const Array& a : inputs) {
+    if (!a.defined() || a.device().kind != Device::cuda) continue;
+    if (dev && *dev != a.device())
+      throw Error(call + ": its inputs are on two devices, " + dev->str() + " and " + a.device().str() +
+                  "; move them to one with to_device");
+    dev = a.device();
+  }
+  const std::optional<Stream> scope = innermost_scope();
+  const bool scoped_cuda = scope && scope->device().kind == Device::cuda;
+  if (dev && scoped_cuda && scope->device() != *dev && !has_scope_for(*dev))
+    throw Error(call + ": its arrays are on " + dev->str() + " but the current stream is " + scope->str() +
+                " (the innermost StreamScope); open a StreamScope on a stream of " + dev->str() +
+                " or move the arrays with to_device");
+  const int ordinal = dev ? dev->index : scoped_cuda ? scope->device().index : 0;
+  return Placement{ordinal, dev.has_value(), current_stream_for(call, ordinal)};
+}
+
 class CudaExecutable final : public backend::Executable {
  public:
   CudaExecutable(const ir::Kernel& k, const backend::CompileOptions& o) : kernel_(k), options_(o) {}
@@ -178,21 +218,20 @@ class CudaExecutable final : public backend::Executable {
   }
 
   void run(const std::vector<Array>& inputs, std::vector<Array>& outputs) override {
-    // The device: that of the first device-resident input, else cuda:0. Device inputs keep the
-    // outputs on the device; host inputs are copied in and the outputs copied back.
-    int ordinal = 0;
-    bool on_device = false;
-    for (const Array& a : inputs)
-      if (a.defined() && a.device().kind == Device::cuda) {
-        ordinal = a.device().index;
-        on_device = true;
-        break;
-      }
+    const Placement at = place_call(kernel_.name, inputs);
+    const int ordinal = at.ordinal;
+    const bool on_device = at.on_device;
+    const Device dev{Device::cuda, ordinal};
+    const StreamRef stream = stream_ref(at.stream);
     std::shared_ptr<LoadedKernel> lk = kernel_for(ordinal);
     const GeneratedKernel& g = generated_;
     make_current(ordinal);
     const DriverApi& d = *driver();
+    const std::string what = "pallas_call '" + kernel_.name + "' on " + at.stream.str() + " (grid " +
+                             grid_text(kernel_.grid) + ", " + std::to_string(g.threads) + " threads per program)";
 
+    // Temporaries are allocated for the launch stream and released as soon as the launch is queued:
+    // the allocator gives them out again only in stream order, so nothing waits for them here.
     std::vector<CUdeviceptr> temporaries;
     struct Release {
       std::vector<CUdeviceptr>& t;
@@ -201,20 +240,25 @@ class CudaExecutable final : public backend::Executable {
       }
     } release_all{temporaries};
     auto temp = [&](size_t bytes) {
-      temporaries.push_back(allocate(ordinal, bytes));
+      temporaries.push_back(allocate(ordinal, bytes, stream));
       return temporaries.back();
     };
+    std::vector<Array> uploaded;  // host inputs of a device call, on the device for the launch
 
     std::vector<CUdeviceptr> ptrs;
     for (const ir::RefParam& p : kernel_.refs) {
       if (!p.is_output) {
         const Array& a = inputs.at(static_cast<size_t>(p.operand));
-        if (a.device() == Device{Device::cuda, ordinal}) {
-          ptrs.push_back(reinterpret_cast<CUdeviceptr>(a.data()));
-        } else {
-          const Array host = to_host(a);
-          const CUdeviceptr dp = temp(host.nbytes());
-          copy_to_device(dp, host.data(), host.nbytes());
+        PL_CHECK(a.defined(), what, ": input ", p.operand, " is undefined (none) but the kernel reads it");
+        if (a.device() == dev) {
+          record_use(device_ptr(a), stream);
+          ptrs.push_back(device_ptr(a));
+        } else if (on_device) {
+          uploaded.push_back(to_device(a, dev));
+          ptrs.push_back(device_ptr(uploaded.back()));
+        } else {  // host inputs stay alive until the stream is synchronized below
+          const CUdeviceptr dp = temp(a.nbytes());
+          copy_to_device(dp, a.data(), a.nbytes(), stream, what + ": copying input " + std::to_string(p.operand));
           ptrs.push_back(dp);
         }
       } else {
@@ -222,33 +266,35 @@ class CudaExecutable final : public backend::Executable {
         bool aliased = false;
         for (auto [in, out] : kernel_.aliases) aliased = aliased || out == p.operand;
         if (on_device) {
-          Array dev = empty(o.shape(), o.dtype(), Device{Device::cuda, ordinal});
-          if (aliased) copy_to_device(reinterpret_cast<CUdeviceptr>(dev.data()), to_host(o).data(), o.nbytes());
-          o = dev;
-          ptrs.push_back(reinterpret_cast<CUdeviceptr>(o.data()));
+          // An aliased device input arrives already copied on its device; anything else is placed here.
+          if (o.device() != dev) o = aliased ? to_device(o, dev) : device_array(o.shape(), o.dtype(), ordinal, stream);
+          record_use(device_ptr(o), stream);
+          ptrs.push_back(device_ptr(o));
         } else {
           const CUdeviceptr dp = temp(o.nbytes());
-          if (aliased) copy_to_device(dp, o.data(), o.nbytes());
+          if (aliased) copy_to_device(dp, o.data(), o.nbytes(), stream, what + ": copying aliased output " + std::to_string(p.operand));
           ptrs.push_back(dp);
         }
       }
     }
 
     const int64_t programs = g.num_programs;
-    const std::string what = "pallas_call '" + kernel_.name + "' on cuda:" + std::to_string(ordinal) + " (grid " +
-                             grid_text(kernel_.grid) + ", " + std::to_string(g.threads) + " threads per program)";
+    uint64_t debug_header[2] = {0, 16u << 20};  // bytes used, capacity; alive until the stream is synchronized
+    CUdeviceptr debug_buffer = 0;
     if (programs > 0) {
       CUdeviceptr scratch = 0, flags = 0;
       unsigned long long stride = 0;
       int slots = 0;
       if (g.scratch_bytes > 0) {
-        const DeviceInfo& dev = device(ordinal);
-        const int64_t resident = static_cast<int64_t>(lk->max_blocks_per_sm) * dev.multiprocessors;
+        const DeviceInfo& info = device(ordinal);
+        const int64_t resident = static_cast<int64_t>(lk->max_blocks_per_sm) * info.multiprocessors;
         slots = static_cast<int>(std::min<int64_t>(programs, std::max<int64_t>(resident, 1)));
         stride = static_cast<unsigned long long>((g.scratch_bytes + 255) / 256 * 256);
         scratch = temp(stride * static_cast<size_t>(slots));
         flags = temp(sizeof(unsigned) * static_cast<size_t>(slots));
-        check_driver(d.cuMemsetD8(flags, 0, sizeof(unsigned) * static_cast<size_t>(slots)), what + ": clearing scratch slots");
+        make_current(ordinal);
+        check_driver(d.cuMemsetD8Async(flags, 0, sizeof(unsigned) * static_cast<size_t>(slots), stream.handle),
+                     what + ": clearing scratch slots");
       }
       std::vector<void*> args;
       for (CUdeviceptr& p : ptrs) args.push_back(&p);
@@ -256,19 +302,16 @@ class CudaExecutable final : public backend::Executable {
       args.push_back(&stride);
       args.push_back(&flags);
       args.push_back(&slots);
-      CUdeviceptr debug_buffer = 0;
-      const uint64_t debug_capacity = 16u << 20;
       if (!g.prints.empty()) {
-        debug_buffer = temp(16 + debug_capacity);
-        const uint64_t header[2] = {0, debug_capacity};
-        copy_to_device(debug_buffer, header, sizeof(header));
+        debug_buffer = temp(16 + debug_header[1]);
+        copy_to_device(debug_buffer, debug_header, sizeof(debug_header), stream, what + ": clearing the debug_print buffer");
         args.push_back(&debug_buffer);
       }
-      const DeviceInfo& dev = device(ordinal);
-      const int64_t max_x = dev.max_grid_x > 0 ? dev.max_grid_x : 2147483647;
+      const DeviceInfo& info = device(ordinal);
+      const int64_t max_x = info.max_grid_x > 0 ? info.max_grid_x : 2147483647;
       const int64_t gx = std::min<int64_t>(programs, max_x);
       const int64_t gy = (programs + gx - 1) / gx;
-      PL_CHECK(gy <= (dev.max_grid_y > 0 ? dev.max_grid_y : 65535), what, ": ", programs,
+      PL_CHECK(gy <= (info.max_grid_y > 0 ? info.max_grid_y : 65535), what, ": ", programs,
                " programs exceed the launch grid's limits");
       LaunchTiming& lt = launch_timing();
       std::unique_lock<std::mutex> timing_lock(lt.mu, std::defer_lock);
@@ -278,34 +321,37 @@ class CudaExecutable final : public backend::Executable {
           d.cuEventCreate(&lt.start, 0);
           d.cuEventCreate(&lt.stop, 0);
         }
-        d.cuEventRecord(lt.start, nullptr);
+        d.cuEventRecord(lt.start, stream.handle);
       }
       const CUresult r = d.cuLaunchKernel(lk->function, static_cast<unsigned>(gx), static_cast<unsigned>(gy), 1,
                                           static_cast<unsigned>(g.threads), 1, 1, static_cast<unsigned>(g.shared_bytes),
-                                          nullptr, args.data(), nullptr);
+                                          stream.handle, args.data(), nullptr);
       if (r != 0) throw Error(what + ": the launch failed: " + driver_error_text(r));
       if (lt.on) {
-        d.cuEventRecord(lt.stop, nullptr);
+        d.cuEventRecord(lt.stop, stream.handle);
         lt.recorded = true;
         timing_lock.unlock();
       }
-      // Temporaries (inputs, scratch) go back to the cache only after the kernel is done.
-      if (!temporaries.empty() || !on_device) synchronize(ordinal, what + ": the kernel failed");
-      if (debug_buffer) {
-        uint64_t used = 0;
-        copy_to_host(&used, debug_buffer, sizeof(used));
-        std::string bytes(std::min<uint64_t>(used, debug_capacity), '\0');
-        copy_to_host(bytes.data(), debug_buffer + 16, bytes.size());
-        print_debug_records(kernel_, g, bytes, used > debug_capacity);
-      }
+    }
+    if (debug_buffer) {  // the records are printed now, so this call waits for its kernel
+      synchronize(stream, what + ": the kernel failed");
+      uint64_t used = 0;
+      copy_to_host(&used, debug_buffer, sizeof(used), stream, what + ": reading debug_print output");
+      synchronize(stream, what + ": reading debug_print output");
+      std::string bytes(std::min<uint64_t>(used, debug_header[1]), '\0');
+      copy_to_host(bytes.data(), debug_buffer + 16, bytes.size(), stream, what + ": reading debug_print output");
+      synchronize(stream, what + ": reading debug_print output");
+      print_debug_records(kernel_, g, bytes, used > debug_header[1]);
     }
     if (!on_device) {
+      const std::string copy_back = what + ": running the kernel and copying its results to the host";
       for (const ir::RefParam& p : kernel_.refs) {
         if (!p.is_output) continue;
         Array& o = outputs.at(static_cast<size_t>(p.operand));
-        size_t ref_index = static_cast<size_t>(&p - kernel_.refs.data());
-        copy_to_host(o.data(), ptrs[ref_index], o.nbytes());
+        const size_t ref_index = static_cast<size_t>(&p - kernel_.refs.data());
+        copy_to_host(o.data(), ptrs[ref_index], o.nbytes(), stream, copy_back);
       }
+      synchronize(stream, copy_back);
     }
   }
 

@@ -1,8 +1,7 @@
+// Devices, their contexts, and copies and waits queued on streams.
 #include "backends/cuda/device_runtime.h"
 
-#include <map>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "palladium/error.h"
@@ -15,8 +14,8 @@ struct Devices {
   std::vector<std::unique_ptr<DeviceInfo>> info;  // by ordinal, filled on first use
 };
 Devices& devices() {
-  static Devices d;
-  return d;
+  static Devices* d = new Devices;  // never destroyed: Arrays freed during exit still reach their device
+  return *d;
 }
 
 const DriverApi& api() {
@@ -24,34 +23,6 @@ const DriverApi& api() {
   const DriverApi* d = driver(&why);
   if (!d) throw Error("CUDA is unavailable: " + why);
   return *d;
-}
-
-// Freed blocks are kept per (device, size) and reused: cuMemAlloc/cuMemFree synchronise the
-// device and cost tens of microseconds, too much for every pallas_call.
-struct Allocator {
-  std::mutex mu;
-  std::unordered_map<CUdeviceptr, std::pair<int, size_t>> live;   // ptr -> (device, bytes)
-  std::map<std::pair<int, size_t>, std::vector<CUdeviceptr>> free_blocks;
-  size_t cached_bytes = 0;
-};
-Allocator& allocator() {
-  static Allocator* a = new Allocator;  // never destroyed: Arrays may be freed during exit
-  return *a;
-}
-
-size_t rounded(size_t bytes) {
-  const size_t granule = bytes < (1u << 20) ? 512 : (2u << 20);
-  return (std::max<size_t>(bytes, 1) + granule - 1) / granule * granule;
-}
-
-void free_cached(int ordinal) {
-  Allocator& a = allocator();
-  for (auto& [key, blocks] : a.free_blocks) {
-    if (key.first != ordinal) continue;
-    for (CUdeviceptr p : blocks) api().cuMemFree(p);
-    a.cached_bytes -= key.second * blocks.size();
-    blocks.clear();
-  }
 }
 
 }  // namespace
@@ -100,57 +71,44 @@ const DeviceInfo& device(int ordinal) {
 
 void make_current(int ordinal) { (void)device(ordinal); }
 
-CUdeviceptr allocate(int ordinal, size_t bytes) {
-  const size_t size = rounded(bytes);
-  Allocator& a = allocator();
-  std::lock_guard<std::mutex> lock(a.mu);
-  auto& blocks = a.free_blocks[{ordinal, size}];
-  CUdeviceptr p = 0;
-  if (!blocks.empty()) {
-    p = blocks.back();
-    blocks.pop_back();
-    a.cached_bytes -= size;
-  } else {
-    make_current(ordinal);
-    CUresult r = api().cuMemAlloc(&p, size);
-    if (r != 0) {  // give the cache back to the driver and try once more
-      free_cached(ordinal);
-      r = api().cuMemAlloc(&p, size);
-    }
-    if (r != 0)
-      throw Error("cuda:" + std::to_string(ordinal) + ": cannot allocate " + std::to_string(bytes) +
-                  " bytes of device memory: " + driver_error_text(r));
-  }
-  a.live[p] = {ordinal, size};
-  return p;
+void copy_to_device(CUdeviceptr dst, const void* src, size_t bytes, StreamRef stream, const std::string& what) {
+  if (!bytes) return;
+  make_current(stream.device);
+  check_driver(api().cuMemcpyHtoDAsync(dst, src, bytes, stream.handle), what);
 }
 
-void release(CUdeviceptr p) {
-  if (!p) return;
-  Allocator& a = allocator();
-  std::lock_guard<std::mutex> lock(a.mu);
-  auto it = a.live.find(p);
-  if (it == a.live.end()) return;
-  a.free_blocks[it->second].push_back(p);
-  a.cached_bytes += it->second.second;
-  a.live.erase(it);
+void copy_to_host(void* dst, CUdeviceptr src, size_t bytes, StreamRef stream, const std::string& what) {
+  if (!bytes) return;
+  make_current(stream.device);
+  check_driver(api().cuMemcpyDtoHAsync(dst, src, bytes, stream.handle), what);
 }
 
-std::shared_ptr<Storage> device_storage(int ordinal, size_t bytes) {
-  auto s = std::make_shared<Storage>();
-  s->ptr = reinterpret_cast<void*>(allocate(ordinal, bytes));
-  s->nbytes = bytes;
-  s->device = Device{Device::cuda, ordinal};
-  s->free_fn = [](void* p) { release(reinterpret_cast<CUdeviceptr>(p)); };
-  return s;
+void copy_on_device(CUdeviceptr dst, CUdeviceptr src, size_t bytes, StreamRef stream, const std::string& what) {
+  if (!bytes) return;
+  make_current(stream.device);
+  check_driver(api().cuMemcpyDtoDAsync(dst, src, bytes, stream.handle), what);
 }
 
-void copy_to_device(CUdeviceptr dst, const void* src, size_t bytes) {
-  if (bytes) check_driver(api().cuMemcpyHtoD(dst, src, bytes), "copy to the device");
+void copy_between_devices(CUdeviceptr dst, int dst_device, CUdeviceptr src, int src_device, size_t bytes,
+                          StreamRef stream, const std::string& what) {
+  if (!bytes) return;
+  CUcontext dst_context = device(dst_device).context;
+  CUcontext src_context = device(src_device).context;
+  make_current(stream.device);
+  check_driver(api().cuMemcpyPeerAsync(dst, dst_context, src, src_context, bytes, stream.handle), what);
 }
 
-void copy_to_host(void* dst, CUdeviceptr src, size_t bytes) {
-  if (bytes) check_driver(api().cuMemcpyDtoH(dst, src, bytes), "copy to the host");
+void synchronize(StreamRef stream, const std::string& what) {
+  make_current(stream.device);
+  check_driver(api().cuStreamSynchronize(stream.handle), what);
+}
+
+bool query(StreamRef stream, const std::string& what) {
+  make_current(stream.device);
+  const CUresult r = api().cuStreamQuery(stream.handle);
+  if (r == kErrorNotReady) return false;
+  check_driver(r, what);
+  return true;
 }
 
 void synchronize(int ordinal, const std::string& what) {

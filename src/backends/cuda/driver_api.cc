@@ -55,6 +55,9 @@ LoadedDriver load_driver() {
   bind(lib, a.cuMemcpyDtoH, {"cuMemcpyDtoH_v2"}, missing);
   bind(lib, a.cuMemcpyDtoD, {"cuMemcpyDtoD_v2"}, missing);
   bind(lib, a.cuMemcpyDtoDAsync, {"cuMemcpyDtoDAsync_v2"}, missing);
+  bind(lib, a.cuMemcpyHtoDAsync, {"cuMemcpyHtoDAsync_v2"}, missing);
+  bind(lib, a.cuMemcpyDtoHAsync, {"cuMemcpyDtoHAsync_v2"}, missing);
+  bind(lib, a.cuMemcpyPeerAsync, {"cuMemcpyPeerAsync"}, missing);
   bind(lib, a.cuMemsetD8, {"cuMemsetD8_v2"}, missing);
   bind(lib, a.cuMemsetD8Async, {"cuMemsetD8Async"}, missing);
   bind(lib, a.cuModuleLoadData, {"cuModuleLoadData"}, missing);
@@ -64,7 +67,13 @@ LoadedDriver load_driver() {
   bind(lib, a.cuFuncSetAttribute, {"cuFuncSetAttribute"}, missing);
   bind(lib, a.cuOccupancyMaxActiveBlocksPerMultiprocessor, {"cuOccupancyMaxActiveBlocksPerMultiprocessor"}, missing);
   bind(lib, a.cuLaunchKernel, {"cuLaunchKernel"}, missing);
+  bind(lib, a.cuStreamCreate, {"cuStreamCreate"}, missing);
+  bind(lib, a.cuStreamDestroy, {"cuStreamDestroy_v2"}, missing);
+  bind(lib, a.cuStreamSynchronize, {"cuStreamSynchronize"}, missing);
+  bind(lib, a.cuStreamQuery, {"cuStreamQuery"}, missing);
+  bind(lib, a.cuStreamWaitEvent, {"cuStreamWaitEvent"}, missing);
   bind(lib, a.cuEventCreate, {"cuEventCreate"}, missing);
+  bind(lib, a.cuEventQuery, {"cuEventQuery"}, missing);
   bind(lib, a.cuEventDestroy, {"cuEventDestroy_v2", "cuEventDestroy"}, missing);
   bind(lib, a.cuEventRecord, {"cuEventRecord"}, missing);
   bind(lib, a.cuEventSynchronize, {"cuEventSynchronize"}, missing);

@@ -33,6 +33,9 @@ inline constexpr int kFuncAttrSharedSizeBytes = 1;
 inline constexpr int kFuncAttrLocalSizeBytes = 3;
 inline constexpr int kFuncAttrNumRegs = 4;
 inline constexpr int kFuncAttrMaxDynamicSharedSizeBytes = 8;
+inline constexpr unsigned kStreamNonBlocking = 1;    // CU_STREAM_NON_BLOCKING: no implicit sync with stream 0
+inline constexpr unsigned kEventDisableTiming = 2;   // CU_EVENT_DISABLE_TIMING: the cheapest event for ordering
+inline constexpr CUresult kErrorNotReady = 600;      // CUDA_ERROR_NOT_READY from cuStreamQuery / cuEventQuery
 
 struct DriverApi {
   CUresult (*cuInit)(unsigned);
@@ -51,6 +54,9 @@ struct DriverApi {
   CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
   CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
   CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);
+  CUresult (*cuMemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemcpyPeerAsync)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream);
   CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
   CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
   CUresult (*cuModuleLoadData)(CUmodule*, const void*);
@@ -61,7 +67,13 @@ struct DriverApi {
   CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int*, CUfunction, int, size_t);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              CUstream, void**, void**);
+  CUresult (*cuStreamCreate)(CUstream*, unsigned);
+  CUresult (*cuStreamDestroy)(CUstream);
+  CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuStreamQuery)(CUstream);
+  CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
   CUresult (*cuEventCreate)(CUevent*, unsigned);
+  CUresult (*cuEventQuery)(CUevent);
   CUresult (*cuEventDestroy)(CUevent);
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuEventSynchronize)(CUevent);
