@@ -283,9 +283,12 @@ void bench_attention_backward() {
         const double flops = 3.5 * 4.0 * batch * heads * seq * seq * d / (causal ? 2 : 1);
         const std::string tag = "b" + std::to_string(batch) + " s" + std::to_string(seq) + " h" +
                                 std::to_string(heads) + " d" + std::to_string(d) + " c" + std::to_string(causal);
-        for (int64_t block : {64, 128}) {
+        struct Config { int64_t block; int warps; };
+        for (Config cfg : {Config{64, 0}, Config{64, 8}, Config{128, 0}}) {
+          const int64_t block = cfg.block;
           pl::ops::MhaOptions o{.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
                                 .causal = causal, .block_q = block, .block_k = block, .backend = "cuda"};
+          o.num_warps = cfg.warps;
           try {
             auto step = [&] {
               auto vjp = pl::ops::mha_vjp(q, k, v, pl::Array(), o);
@@ -293,7 +296,9 @@ void bench_attention_backward() {
               (void)grads;
             };
             const double ms = events_ms(step, 3);
-            report("attn fwd+bwd", tag, "palladium mha_vjp b" + std::to_string(block), ms, tflops(flops, ms));
+            report("attn fwd+bwd", tag,
+                   "palladium mha_vjp b" + std::to_string(block) + (cfg.warps ? " w" + std::to_string(cfg.warps) : ""), ms,
+                   tflops(flops, ms));
           } catch (const std::exception& e) {
             std::printf("FAIL attention bwd %s b%ld: %s\n", tag.c_str(), static_cast<long>(block), e.what());
           }

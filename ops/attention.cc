@@ -224,7 +224,8 @@ Dims check_inputs(const char* name, const Array& q, const Array& k, const Array&
 
 std::string config_key(const Dims& d, const MhaOptions& o) {
   return detail::cat(d.batch, ",", d.seq_len, ",", d.num_heads, ",", d.head_dim, ",", d.block_q, ",", d.block_k, ",",
-                     o.sm_scale, ",", o.causal, ",", o.backend, ",", o.debug, ",", o.fast_math);
+                     o.sm_scale, ",", o.causal, ",", o.backend, ",", o.debug, ",", o.fast_math, ",", o.num_warps, ",",
+                     o.num_stages);
 }
 
 CallOptions call_options(const char* name, Shape grid, const MhaOptions& o) {
@@ -234,6 +235,8 @@ CallOptions call_options(const char* name, Shape grid, const MhaOptions& o) {
   c.backend = o.backend;
   c.debug = o.debug;
   c.compiler_params.fast_math = o.fast_math;
+  c.compiler_params.num_warps = o.num_warps;
+  c.compiler_params.num_stages = o.num_stages;
   return c;
 }
 

@@ -22,6 +22,11 @@ struct MhaOptions {
   // CUDA: exp and log on the special-function unit, as the seed's Triton lowering does (a few
   // float32 ulps; see CompilerParams::fast_math). The interpreter and cpu are exact either way.
   bool fast_math = true;
+  // The seed's num_warps and num_stages, passed to the compiled backends as CompilerParams; 0 lets
+  // the backend choose (the seed's None picks Triton's 4 or 8 warps by head_dim, while the cuda
+  // backend sizes warps to the dot tiles: 16 rows per warp on wgmma).
+  int num_warps = 0;
+  int num_stages = 0;
 };
 
 // mha(q, k, v, segment_ids): the attention output.

@@ -93,11 +93,12 @@ TEST(CudaWgmma, PipelinedAttentionLoop) {
 TEST(CudaWgmma, AttentionForwardAndBackward) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;
-  for (bool causal : {false, true}) {
-    SCOPED_TRACE(causal ? "causal" : "");
+  for (bool causal : {false, true}) for (int warps : {0, 8}) {
+    SCOPED_TRACE(std::string(causal ? "causal " : "") + "num_warps " + std::to_string(warps));
     const Shape shape{2, 256, 2, 64};
     Array q = normal(5, shape, bf16), k = normal(6, shape, bf16), v = normal(7, shape, bf16), dout = normal(8, shape, bf16);
     pl::ops::MhaOptions o{.sm_scale = 0.125f, .causal = causal, .block_q = 64, .block_k = 64, .backend = "cuda"};
+    o.num_warps = warps;  // 0: the backend's choice; 8: the benchmark's backward variant
     auto got = pl::ops::mha_vjp(q, k, v, Array(), o);
     auto [dq, dk, dv] = got.backward(dout);
     o.backend = "interpret";
