@@ -283,13 +283,15 @@ void bench_attention_backward() {
         const double flops = 3.5 * 4.0 * batch * heads * seq * seq * d / (causal ? 2 : 1);
         const std::string tag = "b" + std::to_string(batch) + " s" + std::to_string(seq) + " h" +
                                 std::to_string(heads) + " d" + std::to_string(d) + " c" + std::to_string(causal);
-        struct Config { int64_t block; int warps; };
+        struct Config { int64_t block; int warps, stages; };
         // (8 warps at block 64 measured 0.55-0.7x the backend's 4 on an H100; block 128 spills.)
-        for (Config cfg : {Config{64, 0}, Config{128, 0}}) {
+        // The backward takes 2 stages by default; s3 is the backend's own choice, for comparison.
+        for (Config cfg : {Config{64, 0, 0}, Config{64, 0, 3}, Config{128, 0, 0}}) {
           const int64_t block = cfg.block;
           pl::ops::MhaOptions o{.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
                                 .causal = causal, .block_q = block, .block_k = block, .backend = "cuda"};
           o.num_warps = cfg.warps;
+          o.num_stages = cfg.stages;
           try {
             auto step = [&] {
               auto vjp = pl::ops::mha_vjp(q, k, v, pl::Array(), o);
@@ -298,7 +300,9 @@ void bench_attention_backward() {
             };
             const double ms = events_ms(step, 3);
             report("attn fwd+bwd", tag,
-                   "palladium mha_vjp b" + std::to_string(block) + (cfg.warps ? " w" + std::to_string(cfg.warps) : ""), ms,
+                   "palladium mha_vjp b" + std::to_string(block) + (cfg.warps ? " w" + std::to_string(cfg.warps) : "") +
+                       (cfg.stages ? " s" + std::to_string(cfg.stages) : ""),
+                   ms,
                    tflops(flops, ms));
           } catch (const std::exception& e) {
             std::printf("FAIL attention bwd %s b%ld: %s\n", tag.c_str(), static_cast<long>(block), e.what());

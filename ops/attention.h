@@ -24,7 +24,8 @@ struct MhaOptions {
   bool fast_math = true;
   // The seed's num_warps and num_stages, passed to the compiled backends as CompilerParams; 0 lets
   // the backend choose (the seed's None picks Triton's 4 or 8 warps by head_dim, while the cuda
-  // backend sizes warps to the dot tiles: 16 rows per warp on wgmma).
+  // backend sizes warps to the dot tiles: 16 rows per warp on wgmma), except that the backward
+  // kernel takes the seed's 2 stages.
   int num_warps = 0;
   int num_stages = 0;
 };
