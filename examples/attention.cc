@@ -23,6 +23,7 @@ int main() {
   for (bool causal : {false, true}) {
     for (bool segmented : {false, true}) {
       pl::ops::MhaOptions opt{.sm_scale = 0.125f, .causal = causal, .block_q = 32, .block_k = 32};
+      opt.backward_block = 32;  // the backward in blocks of 32 too (its default is 64)
       pl::Array seg = segmented ? segment_ids : pl::Array();
       auto vjp = pl::ops::mha_vjp(q, k, v, seg, opt);
       auto [dq, dk, dv] = vjp.backward(dout);

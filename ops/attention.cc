@@ -298,10 +298,14 @@ Array mha_preprocess_backward(const Array& out, const Array& dout, const MhaOpti
 
 std::tuple<Array, Array, Array> mha_backward(const Array& q, const Array& k, const Array& v, const Array& segment_ids,
                                              const Array& out, const Array& lse, const Array& dout,
-                                             const MhaOptions& o) {
+                                             const MhaOptions& options) {
+  PL_CHECK(options.backward_block >= 0, "mha_backward: backward_block must be positive, or 0 for the forward's "
+           "blocks, got ", options.backward_block);
+  MhaOptions o = options;  // the backward's blocks
+  if (o.backward_block > 0) o.block_q = o.block_k = o.backward_block;
   Dims d = check_inputs("mha_backward", q, k, v, segment_ids, o);
   PL_CHECK(d.block_q == d.block_k, "mha_backward: block_q (", d.block_q, ") must equal block_k (", d.block_k,
-           "): as in the seed, dq is computed in blocks of block_q over the grid of key blocks");
+           "): as in the seed, dq is computed in blocks of block_q over the grid of key blocks (or set backward_block)");
   Array delta = mha_preprocess_backward(out, dout, o);
   CallOptions c = call_options("mha_backward", {d.batch, d.num_heads, cdiv(d.seq_len, d.block_k)}, o);
   // The seed's two stages: the backward's four warps then share an SM with a second program

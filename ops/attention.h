@@ -28,6 +28,10 @@ struct MhaOptions {
   // kernel takes the seed's 2 stages.
   int num_warps = 0;
   int num_stages = 0;
+  // The backward's block_q = block_k; 0 takes the forward's, as the seed does (which needs
+  // block_q == block_k). At 128 the backward's tiles overflow the registers (H100, head_dim 64:
+  // 25 TF/s against 161 at 64), so 64 is the default.
+  int64_t backward_block = 64;
 };
 
 // mha(q, k, v, segment_ids): the attention output.
@@ -40,8 +44,9 @@ std::tuple<Array, Array> mha_forward(const Array& q, const Array& k, const Array
 // delta = sum(out * dout, axis=-1), per (batch, head, position).
 Array mha_preprocess_backward(const Array& out, const Array& dout, const MhaOptions& options = {});
 
-// dq, dk, dv from the forward residuals and the output cotangent. As in the seed, dq is computed
-// in blocks of block_q over a grid of key blocks, so block_q must equal block_k.
+// dq, dk, dv from the forward residuals and the output cotangent, in blocks of backward_block (or,
+// with backward_block = 0, the forward's blocks: as in the seed, dq is computed in blocks of
+// block_q over a grid of key blocks, so block_q must then equal block_k).
 std::tuple<Array, Array, Array> mha_backward(const Array& q, const Array& k, const Array& v, const Array& segment_ids,
                                              const Array& out, const Array& lse, const Array& dout,
                                              const MhaOptions& options = {});

@@ -34,6 +34,7 @@ TEST_P(Attention, ForwardBackwardMatchFloat64Reference) {
   }
   pl::ops::MhaOptions opt{.sm_scale = 0.25f, .causal = c.causal, .block_q = c.block, .block_k = c.block,
                           .backend = backend};
+  opt.backward_block = c.block;
   auto vjp = pl::ops::mha_vjp(q, k, v, seg, opt);
   auto [dq, dk, dv] = vjp.backward(dout);
   auto ref = pl::ops::mha_reference(q, k, v, seg, opt.sm_scale, c.causal);
@@ -91,12 +92,39 @@ TEST(Attention, SameConfigurationInBfloat16ThenFloat32) {
 TEST(AttentionErrors, BackwardNeedsEqualBlocks) {
   pl::Array q = pl::random::normal(pl::random::key(1), {1, 64, 1, 16});
   pl::ops::MhaOptions opt{.block_q = 32, .block_k = 16};
+  opt.backward_block = 0;  // the seed's way: the forward's blocks
   auto [out, lse] = pl::ops::mha_forward(q, q, q, pl::Array(), opt);
   try {
     pl::ops::mha_backward(q, q, q, pl::Array(), out, lse, out, opt);
     FAIL() << "expected an Error";
   } catch (const pl::Error& e) {
     EXPECT_NE(std::string(e.what()).find("mha_backward: block_q (32) must equal block_k (16)"), std::string::npos)
+        << e.what();
+  }
+}
+
+// The backward runs in its own blocks (backward_block, 64 by default) whatever the forward's are:
+// unequal forward blocks are fine, and the gradients match the float64 reference.
+TEST(Attention, BackwardBlocksIndependentOfTheForward) {
+  auto keys = pl::random::split(pl::random::key(5), 4);
+  const pl::Shape s{1, 128, 2, 16};
+  pl::Array q = pl::random::normal(keys[0], s), k = pl::random::normal(keys[1], s);
+  pl::Array v = pl::random::normal(keys[2], s), dout = pl::random::normal(keys[3], s);
+  pl::ops::MhaOptions opt{.sm_scale = 0.25f, .causal = true, .block_q = 64, .block_k = 32, .backend = "interpret"};
+  opt.backward_block = 32;
+  auto vjp = pl::ops::mha_vjp(q, k, v, pl::Array(), opt);
+  auto [dq, dk, dv] = vjp.backward(dout);
+  auto [rdq, rdk, rdv] = pl::ops::mha_reference_backward(q, k, v, pl::Array(), dout, opt.sm_scale, opt.causal);
+  EXPECT_LT(pl::rel_error(dq, rdq), 1e-5);
+  EXPECT_LT(pl::rel_error(dk, rdk), 1e-5);
+  EXPECT_LT(pl::rel_error(dv, rdv), 1e-5);
+  opt.backward_block = -8;
+  try {
+    (void)pl::ops::mha_vjp(q, k, v, pl::Array(), opt).backward(dout);
+    FAIL() << "expected an Error";
+  } catch (const pl::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mha_backward: backward_block must be positive, or 0 for the forward's blocks, got -8"),
+              std::string::npos)
         << e.what();
   }
 }
