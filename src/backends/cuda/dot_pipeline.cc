@@ -20,6 +20,16 @@ bool is_elementwise(ir::Op op) {
   return f == ir::Family::Unary || f == ir::Family::Binary || f == ir::Family::Select || f == ir::Family::Cast;
 }
 
+// Whether `in` or an instruction nested in it reads v.
+bool reads(const ir::Inst& in, ir::ValueId v) {
+  for (ir::ValueId o : in.operands)
+    if (o == v) return true;
+  for (const ir::Region& r : in.regions)
+    for (const ir::Inst& sub : r.body)
+      if (reads(sub, v)) return true;
+  return false;
+}
+
 }  // namespace
 
 void Emitter::find_pipelined_loops() {
@@ -30,101 +40,54 @@ void Emitter::find_pipelined_loops() {
       for (const ir::Region& sub : loop.regions) visit(sub);
       if (loop.op != ir::Op::For || prefetched_loads(loop).empty()) continue;
       const ir::Region& body = loop.regions[0];
+      std::vector<size_t> dots;  // positions of the body's top-level dots
+      for (size_t i = 0; i < body.body.size(); ++i)
+        if (body.body[i].op == ir::Op::Dot) dots.push_back(i);
+      if (dots.empty()) continue;
+      // The last dot accumulates in place (dot_addend) and its sum is yielded into carry j.
+      const ir::Inst& last = body.body[dots.back()];
+      const ir::ValueId acc = last.results[0];
+      if (!wgmma_dots_.count(&last) || !dot_addend.count(acc)) continue;
+      const ir::ValueId addend = dot_addend.at(acc);
       const ir::Inst& yield = body.body.back();
-      std::map<const ir::Inst*, size_t> position;  // top-level instructions of the body
-      for (size_t i = 0; i < body.body.size(); ++i) position[&body.body[i]] = i;
-      // Every instruction of the body, nested ones under their top-level ancestor's position.
-      std::vector<std::pair<const ir::Inst*, size_t>> all;
-      std::function<void(const ir::Region&, size_t)> collect = [&](const ir::Region& reg, size_t top) {
-        for (const ir::Inst& in : reg.body) {
-          all.push_back({&in, top});
-          for (const ir::Region& sub : in.regions) collect(sub, top);
-        }
-      };
-      for (size_t i = 0; i < body.body.size(); ++i) {
-        all.push_back({&body.body[i], i});
-        for (const ir::Region& sub : body.body[i].regions) collect(sub, i);
-      }
-      auto uses_of = [&](ir::ValueId v) {
-        std::vector<std::pair<const ir::Inst*, size_t>> out;
-        for (const auto& [in, top] : all)
-          for (ir::ValueId o : in->operands)
-            if (o == v) out.push_back({in, top});
-        return out;
-      };
-      auto through = [&](ir::ValueId v) {
-        auto it = folded_transpose.find(v);
-        return it == folded_transpose.end() ? v : it->second;
-      };
-      std::vector<const ir::Inst*> dots;
-      for (const ir::Inst& in : body.body)
-        if (in.op == ir::Op::Dot) dots.push_back(&in);
-      if (dots.size() == 1 && wgmma_dots_.count(dots[0])) {
-        // A K loop: acc = acc + dot(a_i, b_i), the accumulator being the carry itself. Each dot
-        // stays in flight while the next iteration's tiles are awaited; consecutive MMAs into one
-        // accumulator need no wait between them.
-        const ir::Inst& d = *dots[0];
-        const ir::ValueId acc = d.results[0];
-        if (!dot_addend.count(acc)) continue;
-        const ir::ValueId carry_arg = dot_addend.at(acc);
-        ir::ValueId sum = -1;
-        for (const auto& [v, target] : alias_of)
-          if (target == acc) sum = v;
-        int carry = -1;
-        for (size_t j = 0; j < yield.operands.size(); ++j)
-          if (yield.operands[j] == sum && body.args[j + 1] == carry_arg) carry = static_cast<int>(j);
-        if (sum < 0 || carry < 0 || uses(carry_arg) != 1 || !layout_of(carry_arg).registers()) continue;
-        PipelinedLoop p;
-        p.loop = &loop;
-        p.last_dot = &d;
-        p.carry_arg = carry_arg;
+      int carry = -1;
+      for (size_t j = 0; j < yield.operands.size(); ++j)
+        if (alias_of.count(yield.operands[j]) && alias_of.at(yield.operands[j]) == acc) carry = static_cast<int>(j);
+      if (carry < 0) continue;
+      PipelinedLoop p;
+      p.loop = &loop;
+      p.last_dot = &last;
+      p.carry_arg = body.args[static_cast<size_t>(carry) + 1];
+      if (uses(p.carry_arg) != 1 || !layout_of(p.carry_arg).registers()) continue;
+      if (dots.size() == 1) {
+        // A K loop, acc = acc + dot(a_i, b_i): each dot stays in flight while the next
+        // iteration's tiles are awaited; consecutive MMAs into one accumulator need no wait.
+        if (addend != p.carry_arg) continue;
         pipelined_[&loop] = p;
         continue;
       }
-      if (dots.size() < 2) continue;
-      const ir::Inst& first = *dots.front();
-      const ir::Inst& last = *dots.back();
-      if (!wgmma_dots_.count(&first) || !wgmma_dots_.count(&last)) continue;
-      // The first dot: both operands in shared memory, each prefetched by this loop or loop
-      // invariant, at least one prefetched; a fresh accumulator read only before the last dot.
-      bool ok = !dot_addend.count(first.results[0]);
+      // The attention shape. The last dot's addend is e = f(carry), computed at the top level,
+      // the carry's and e's only use (e then computes in place, in the carry's registers).
+      const ir::Inst* e = def(addend);
+      const bool top_level = e && e >= &body.body.front() && e <= &body.body.back();
+      if (!top_level || !is_elementwise(e->op) || uses(addend) != 1 || !reads(*e, p.carry_arg) ||
+          layout_of(p.carry_arg).id != layout_of(addend).id)
+        continue;
+      // The first dot: a fresh accumulator read only before the last dot; both operands in
+      // shared memory, each prefetched by this loop or loop invariant, at least one prefetched.
+      const ir::Inst& first = body.body[dots.front()];
+      bool ok = wgmma_dots_.count(&first) && !dot_addend.count(first.results[0]);
+      for (size_t i = dots.back(); i < body.body.size() && ok; ++i) ok = !reads(body.body[i], first.results[0]);
+      const auto [a, b, ta, tb] = dot_operands(first);
       int prefetched = 0;
-      for (int o = 0; o < 2 && ok; ++o) {
-        const ir::ValueId v = through(first.operands[static_cast<size_t>(o)]);
+      for (ir::ValueId v : {a, b}) {
         if (!smem_home.count(v) || !smem_home.at(v).swizzled) ok = false;
         else if (prefetch.count(v) && prefetch.at(v).loop == &loop) ++prefetched;
         else if (loop_depth_of(v) >= loop_depth_of(body.args[0])) ok = false;
       }
       if (!ok || prefetched == 0) continue;
-      for (const auto& [user, top] : uses_of(first.results[0]))
-        if (top >= position[&last]) ok = false;
-      if (!ok) continue;
-      // The last dot accumulates in place into e = f(carry), e's only use, the carry's only use
-      // being e, and the sum is yielded back into the same carry.
-      const ir::ValueId acc = last.results[0];
-      if (!dot_addend.count(acc)) continue;
-      const ir::ValueId e = dot_addend.at(acc);
-      const ir::Inst* e_def = def(e);
-      if (!e_def || !position.count(e_def) || !is_elementwise(e_def->op) || uses(e) != 1) continue;
-      ir::ValueId sum = -1;
-      for (const auto& [v, target] : alias_of)
-        if (target == acc) sum = v;
-      int carry = -1;
-      for (size_t j = 0; j < yield.operands.size(); ++j)
-        if (yield.operands[j] == sum) carry = static_cast<int>(j);
-      if (sum < 0 || carry < 0) continue;
-      const ir::ValueId carry_arg = body.args[static_cast<size_t>(carry) + 1];
-      bool reads_carry = false;
-      for (ir::ValueId o : e_def->operands) reads_carry = reads_carry || o == carry_arg;
-      if (!reads_carry || uses(carry_arg) != 1 || layout_of(carry_arg).id != layout_of(e).id ||
-          !layout_of(e).registers())
-        continue;
-      PipelinedLoop p;
-      p.loop = &loop;
       p.first_dot = &first;
-      p.last_dot = &last;
-      p.carry_reader = e_def;
-      p.carry_arg = carry_arg;
+      p.carry_reader = e;
       pipelined_[&loop] = p;
     }
   };
@@ -157,16 +120,13 @@ void Emitter::emit_pipeline_prologue(const PipelinedLoop& p) {
 void Emitter::emit_first_dot_issue(const PipelinedLoop& p, const std::string& iteration) {
   const ir::Inst& d = *p.first_dot;
   const std::string lo = name(p.loop->operands[0]) + "[0]";
-  for (ir::ValueId v : prefetched_loads_values(*p.loop))
-    home_override_[v] = "(" + home_buffer(v, iteration, lo) + ")";
+  for (const ir::Inst* load : prefetched_loads(*p.loop))
+    home_override_[load->results[0]] = "(" + home_buffer(load->results[0], iteration, lo) + ")";
   const ir::ValueId r = d.results[0];
   open_slots(layout_of(r));
   line(at(r) + " = 0.0f;");
   close();
-  ir::ValueId a = d.operands[0], b = d.operands[1];
-  bool ta = d.i0 != 0, tb = d.i1 != 0;
-  if (auto it = folded_transpose.find(a); it != folded_transpose.end()) { a = it->second; ta = !ta; }
-  if (auto it = folded_transpose.find(b); it != folded_transpose.end()) { b = it->second; tb = !tb; }
+  const auto [a, b, ta, tb] = dot_operands(d);
   emit_wgmma_issue(d, a, b, ta, tb);
   home_override_.clear();
 }
@@ -184,12 +144,6 @@ void Emitter::emit_pipeline_next_issue(const PipelinedLoop& p) {
   emit_first_dot_issue(p, i + " + 1");
   close();
   line("pl_wgmma_commit();");
-}
-
-std::vector<ir::ValueId> Emitter::prefetched_loads_values(const ir::Inst& loop) const {
-  std::vector<ir::ValueId> out;
-  for (const ir::Inst* l : prefetched_loads(loop)) out.push_back(l->results[0]);
-  return out;
 }
 
 }  // namespace palladium::cuda

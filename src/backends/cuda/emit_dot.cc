@@ -29,14 +29,21 @@ void Emitter::emit_home_store(ir::ValueId v) {
   barrier();
 }
 
+ir::ValueId Emitter::unfolded(ir::ValueId v) const {
+  auto it = folded_transpose.find(v);
+  return it == folded_transpose.end() ? v : it->second;
+}
+
+// A folded transpose flips its operand's orientation flag.
+Emitter::DotOperands Emitter::dot_operands(const ir::Inst& dot) const {
+  const ir::ValueId a = unfolded(dot.operands[0]), b = unfolded(dot.operands[1]);
+  return {a, b, (dot.i0 != 0) != (a != dot.operands[0]), (dot.i1 != 0) != (b != dot.operands[1])};
+}
+
 void Emitter::emit_dot(const ir::Inst& in) {
   const ir::ValueId r = in.results[0];
   const Layout& rl = layout_of(r);
-  // Effective operands: folded transposes flip the orientation flag.
-  ir::ValueId a = in.operands[0], b = in.operands[1];
-  bool ta = in.i0 != 0, tb = in.i1 != 0;
-  if (auto it = folded_transpose.find(a); it != folded_transpose.end()) { a = it->second; ta = !ta; }
-  if (auto it = folded_transpose.find(b); it != folded_transpose.end()) { b = it->second; tb = !tb; }
+  const auto [a, b, ta, tb] = dot_operands(in);
   const DType t = type(a).dtype;
   const Shape& as = type(a).shape;
   const Shape& bs = type(b).shape;

@@ -54,15 +54,11 @@ void Emitter::choose_wgmma(std::vector<std::pair<ir::ValueId, bool>>& homes) {
     }
   };
   collect(k_.body);
-  auto through = [&](ir::ValueId v) {
-    auto it = folded_transpose.find(v);
-    return it == folded_transpose.end() ? v : it->second;
-  };
   std::map<ir::ValueId, std::vector<const ir::Inst*>> users;
   std::function<void(const ir::Region&)> use_walk = [&](const ir::Region& r) {
     for (const ir::Inst& in : r.body) {
       if (in.op == ir::Op::Dot)
-        for (int o = 0; o < 2; ++o) users[through(in.operands[static_cast<size_t>(o)])].push_back(&in);
+        for (int o = 0; o < 2; ++o) users[unfolded(in.operands[static_cast<size_t>(o)])].push_back(&in);
       for (const ir::Region& sub : in.regions) use_walk(sub);
     }
   };
@@ -82,8 +78,7 @@ void Emitter::choose_wgmma(std::vector<std::pair<ir::ValueId, bool>>& homes) {
     }
     for (auto it = chosen.begin(); it != chosen.end();) {
       const ir::Inst& d = **it;
-      const ir::ValueId a = through(d.operands[0]), b = through(d.operands[1]);
-      const bool ta = (d.i0 != 0) != (a != d.operands[0]);
+      const auto [a, b, ta, tb] = dot_operands(d);
       const Layout& al = layout_of(a);
       const Layout& rl = layout_of(d.results[0]);
       // A from registers: an accumulator-layout value without a home (emit_wgmma's rule).

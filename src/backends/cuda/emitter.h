@@ -145,7 +145,6 @@ class Emitter {
   void emit_pipeline_prologue(const PipelinedLoop& p);
   void emit_first_dot_issue(const PipelinedLoop& p, const std::string& iteration);
   void emit_pipeline_next_issue(const PipelinedLoop& p);
-  std::vector<ir::ValueId> prefetched_loads_values(const ir::Inst& loop) const;
   const PipelinedLoop* pipelined_loop(const ir::Inst& loop) const {
     auto it = pipelined_.find(&loop);
     return it == pipelined_.end() ? nullptr : &it->second;
@@ -185,6 +184,13 @@ class Emitter {
   std::map<ir::ValueId, ir::ValueId> dot_addend;
   // Transposes folded into a dot operand: transpose result -> its operand.
   std::map<ir::ValueId, ir::ValueId> folded_transpose;
+  ir::ValueId unfolded(ir::ValueId v) const;  // v, or the operand of the transpose folded into it
+  // A dot's operands as it reads them (through folded transposes) and their orientation flags.
+  struct DotOperands {
+    ir::ValueId a, b;
+    bool ta, tb;
+  };
+  DotOperands dot_operands(const ir::Inst& dot) const;
   const ir::Inst* def(ir::ValueId v) const;
   int loop_depth_of(ir::ValueId v) const;
 

@@ -245,17 +245,13 @@ void Emitter::plan() {
     for (const ir::Inst* u : us) only_dots = only_dots && fast_dot(u);
     if (only_dots) folded_transpose[v] = d->operands[0];
   }
-  auto through = [&](ir::ValueId v) {
-    auto it = folded_transpose.find(v);
-    return it == folded_transpose.end() ? v : it->second;
-  };
 
   // Shared-memory homes: 16-bit dot operands loaded only for dots (loaded straight into shared
   // memory), or defined outside a loop that uses them in a dot (staged once, not per iteration).
   std::map<ir::ValueId, std::vector<const ir::Inst*>> dot_uses;  // operand (through transposes) -> dots
   for (const ir::Inst* d : dots)
     if (fast_dot(d))
-      for (int o = 0; o < 2; ++o) dot_uses[through(d->operands[static_cast<size_t>(o)])].push_back(d);
+      for (int o = 0; o < 2; ++o) dot_uses[unfolded(d->operands[static_cast<size_t>(o)])].push_back(d);
   auto all_uses_are_dots = [&](ir::ValueId v) {
     for (const ir::Inst* u : users[v]) {
       if (u->op == ir::Op::Transpose && folded_transpose.count(u->results[0])) continue;
