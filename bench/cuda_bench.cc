@@ -235,80 +235,85 @@ void bench_matmul() {
 
 // ---------------------------------------------------------------- attention
 
-void bench_attention() {
+// The attention problems of the peers' tables: bf16, batch * seq = 16384 tokens, hidden 2048,
+// head_dim 64 and 128, seq 2048 and 8192, causal and not; fresh random q, k, v, dout on the GPU.
+struct AttentionCase {
+  int64_t d, seq, batch, heads;
+  bool causal;
+  pl::Array q, k, v, dout;
+  double forward_flops() const { return 4.0 * batch * heads * seq * seq * d / (causal ? 2 : 1); }
+  std::string tag() const {
+    return "b" + std::to_string(batch) + " s" + std::to_string(seq) + " h" + std::to_string(heads) + " d" +
+           std::to_string(d) + " c" + std::to_string(causal);
+  }
+};
+void for_each_attention_case(const std::function<void(const AttentionCase&)>& run) {
   for (int64_t d : {64, 128}) {
     for (int64_t seq : {2048, 8192}) {
-      const int64_t batch = 16384 / seq, heads = 2048 / d;
-      pl::Shape shape{batch, seq, heads, d};
-      pl::Array q = pl::to_device(pl::random::normal(pl::random::key(5), shape, pl::bf16), gpu());
-      pl::Array k = pl::to_device(pl::random::normal(pl::random::key(6), shape, pl::bf16), gpu());
-      pl::Array v = pl::to_device(pl::random::normal(pl::random::key(7), shape, pl::bf16), gpu());
+      AttentionCase c{d, seq, 16384 / seq, 2048 / d, false, {}, {}, {}, {}};
+      const pl::Shape shape{c.batch, seq, c.heads, d};
+      c.q = pl::to_device(pl::random::normal(pl::random::key(5), shape, pl::bf16), gpu());
+      c.k = pl::to_device(pl::random::normal(pl::random::key(6), shape, pl::bf16), gpu());
+      c.v = pl::to_device(pl::random::normal(pl::random::key(7), shape, pl::bf16), gpu());
+      c.dout = pl::to_device(pl::random::normal(pl::random::key(9), shape, pl::bf16), gpu());
       for (bool causal : {false, true}) {
-        const double flops = 4.0 * batch * heads * seq * seq * d / (causal ? 2 : 1);
-        const std::string tag = "b" + std::to_string(batch) + " s" + std::to_string(seq) + " h" +
-                                std::to_string(heads) + " d" + std::to_string(d) + " c" + std::to_string(causal);
-        // fast_math (the default of ops::mha, as Triton's exp); PL_BENCH_EXACT_EXP=1 adds the exact
-        // libdevice exp for comparison.
-        const bool exact_too = std::getenv("PL_BENCH_EXACT_EXP") && std::string(std::getenv("PL_BENCH_EXACT_EXP")) == "1";
-        for (int64_t bk : {64, 128}) for (bool fast : {true, false}) {
-          if (!fast && !exact_too) continue;
-          pl::ops::MhaOptions o{.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
-                                .causal = causal, .block_q = 128, .block_k = bk, .backend = "cuda", .fast_math = fast};
-          try {
-            pl::Array out;
-            const double ms = kernel_ms([&] { out = pl::ops::mha(q, k, v, pl::Array(), o); }, 2, 10);
-            report("attn fwd", tag, "palladium mha bq128 bk" + std::to_string(bk) + (fast ? "" : " exact-exp"), ms,
-                   tflops(flops, ms));
-          } catch (const std::exception& e) {
-            std::printf("FAIL attention %s bk%ld: %s\n", tag.c_str(), static_cast<long>(bk), e.what());
-          }
-        }
+        c.causal = causal;
+        run(c);
       }
     }
   }
 }
 
-// Forward + backward through the custom VJP (forward with residuals, preprocess, dq/dk/dv),
-// counted as 3.5x the forward's flops like the peers; the seed's backward needs block_q == block_k.
-void bench_attention_backward() {
-  for (int64_t d : {64, 128}) {
-    for (int64_t seq : {2048, 8192}) {
-      const int64_t batch = 16384 / seq, heads = 2048 / d;
-      pl::Shape shape{batch, seq, heads, d};
-      pl::Array q = pl::to_device(pl::random::normal(pl::random::key(5), shape, pl::bf16), gpu());
-      pl::Array k = pl::to_device(pl::random::normal(pl::random::key(6), shape, pl::bf16), gpu());
-      pl::Array v = pl::to_device(pl::random::normal(pl::random::key(7), shape, pl::bf16), gpu());
-      pl::Array dout = pl::to_device(pl::random::normal(pl::random::key(9), shape, pl::bf16), gpu());
-      for (bool causal : {false, true}) {
-        const double flops = 3.5 * 4.0 * batch * heads * seq * seq * d / (causal ? 2 : 1);
-        const std::string tag = "b" + std::to_string(batch) + " s" + std::to_string(seq) + " h" +
-                                std::to_string(heads) + " d" + std::to_string(d) + " c" + std::to_string(causal);
-        // Forward blocks, backward blocks, stages (0: the defaults: the backward takes the seed's 2).
-        // The defaults are forward 128 and backward 64; a backward at 128 overflows the registers.
-        // (8 warps at block 64 measured 0.55-0.7x the backend's 4 on an H100.)
-        struct Config { int64_t fwd_block, bwd_block; int stages; };
-        for (Config cfg : {Config{128, 64, 0}, Config{64, 64, 0}, Config{64, 64, 3}, Config{128, 128, 0}}) {
-          pl::ops::MhaOptions o{.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))),
-                                .causal = causal, .block_q = cfg.fwd_block, .block_k = cfg.fwd_block, .backend = "cuda"};
-          o.backward_block = cfg.bwd_block;
-          o.num_stages = cfg.stages;
-          const std::string name = "palladium mha_vjp f" + std::to_string(cfg.fwd_block) + " b" +
-                                   std::to_string(cfg.bwd_block) + (cfg.stages ? " s" + std::to_string(cfg.stages) : "");
-          try {
-            auto step = [&] {
-              auto vjp = pl::ops::mha_vjp(q, k, v, pl::Array(), o);
-              auto grads = vjp.backward(dout);
-              (void)grads;
-            };
-            const double ms = events_ms(step, 3);
-            report("attn fwd+bwd", tag, name, ms, tflops(flops, ms));
-          } catch (const std::exception& e) {
-            std::printf("FAIL attention bwd %s %s: %s\n", tag.c_str(), name.c_str(), e.what());
-          }
+void bench_attention() {
+  // fast_math (the default of ops::mha, as Triton's exp); PL_BENCH_EXACT_EXP=1 adds the exact
+  // libdevice exp for comparison.
+  const char* exact_env = std::getenv("PL_BENCH_EXACT_EXP");
+  const bool exact_too = exact_env && std::string(exact_env) == "1";
+  for_each_attention_case([&](const AttentionCase& c) {
+    for (int64_t bk : {64, 128}) {
+      for (bool fast : {true, false}) {
+        if (!fast && !exact_too) continue;
+        pl::ops::MhaOptions o{.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d))),
+                              .causal = c.causal, .block_q = 128, .block_k = bk, .backend = "cuda", .fast_math = fast};
+        const std::string name = "palladium mha bq128 bk" + std::to_string(bk) + (fast ? "" : " exact-exp");
+        try {
+          pl::Array out;
+          const double ms = kernel_ms([&] { out = pl::ops::mha(c.q, c.k, c.v, pl::Array(), o); }, 2, 10);
+          report("attn fwd", c.tag(), name, ms, tflops(c.forward_flops(), ms));
+        } catch (const std::exception& e) {
+          std::printf("FAIL attention %s %s: %s\n", c.tag().c_str(), name.c_str(), e.what());
         }
       }
     }
-  }
+  });
+}
+
+// Forward + backward through the custom VJP (forward with residuals, preprocess, dq/dk/dv),
+// counted as 3.5x the forward's flops like the peers.
+void bench_attention_backward() {
+  // Forward blocks, backward blocks, stages (0: the defaults: the backward takes the seed's 2).
+  // The defaults are forward 128 and backward 64; a backward at 128 overflows the registers.
+  // (8 warps at block 64 measured 0.55-0.7x the backend's 4 on an H100.)
+  struct Config {
+    int64_t fwd_block, bwd_block;
+    int stages;
+  };
+  for_each_attention_case([](const AttentionCase& c) {
+    for (Config cfg : {Config{128, 64, 0}, Config{64, 64, 0}, Config{64, 64, 3}, Config{128, 128, 0}}) {
+      pl::ops::MhaOptions o{.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d))),
+                            .causal = c.causal, .block_q = cfg.fwd_block, .block_k = cfg.fwd_block, .backend = "cuda"};
+      o.backward_block = cfg.bwd_block;
+      o.num_stages = cfg.stages;
+      const std::string name = "palladium mha_vjp f" + std::to_string(cfg.fwd_block) + " b" +
+                               std::to_string(cfg.bwd_block) + (cfg.stages ? " s" + std::to_string(cfg.stages) : "");
+      try {
+        const double ms = events_ms([&] { (void)pl::ops::mha_vjp(c.q, c.k, c.v, pl::Array(), o).backward(c.dout); }, 3);
+        report("attn fwd+bwd", c.tag(), name, ms, tflops(3.5 * c.forward_flops(), ms));
+      } catch (const std::exception& e) {
+        std::printf("FAIL attention bwd %s %s: %s\n", c.tag().c_str(), name.c_str(), e.what());
+      }
+    }
+  });
 }
 
 // IndRNN (T=1000, F=1024, float32): one program per block of features runs all 1000 steps; the
