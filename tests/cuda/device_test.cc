@@ -3,8 +3,11 @@
 #include <filesystem>
 #include <fstream>
 
+#include <gmock/gmock.h>
+
 #include "backends/cuda/codegen.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/support/test_support.h"
 
 namespace palladium::cudatest {
 namespace {
@@ -32,7 +35,9 @@ TEST(CudaDevice, TransfersRoundTripEveryDtype) {
     EXPECT_TRUE(agree(to_host(d), a, 0)) << dtype_name(t);
     EXPECT_TRUE(agree(to_host(to_device(d, cuda_device(0))), a, 0)) << dtype_name(t);
   }
-  EXPECT_THROW((void)cuda_device(cuda_device_count()), Error);
+  const int n = cuda_device_count();
+  EXPECT_THAT(test_support::error_message([&] { (void)cuda_device(n); }),
+              ::testing::HasSubstr("cuda:" + std::to_string(n) + " does not exist"));
 }
 
 TEST(CudaDevice, DeviceResidentCallsKeepOutputsOnTheDevice) {
@@ -50,7 +55,7 @@ TEST(CudaDevice, DeviceResidentCallsKeepOutputsOnTheDevice) {
 }
 
 TEST(CudaCompiler, NvrtcFailureNamesKernelAndShowsSource) {
-  PL_REQUIRE_NVRTC();
+  PL_REQUIRE_NVRTC_COMPILER();
   cuda::GeneratedKernel g;
   g.entry = "broken";
   g.source = "#include \"cuda/palladium.h\"\nextern \"C\" __global__ void broken() {\n  int x = ;\n}\n";
@@ -66,12 +71,10 @@ TEST(CudaCompiler, NvrtcFailureNamesKernelAndShowsSource) {
 }
 
 TEST(CudaCompiler, DiskCacheHitsAndRejectsCorruptEntries) {
-  PL_REQUIRE_NVRTC();
+  PL_REQUIRE_NVRTC_COMPILER();
   const std::string dir = (std::filesystem::temp_directory_path() / ("pl-cuda-cache-test-" + std::to_string(::getpid()))).string();
   std::filesystem::remove_all(dir);
-  const char* old = std::getenv("PALLADIUM_CACHE_DIR");
-  const std::string saved = old ? old : "";
-  setenv("PALLADIUM_CACHE_DIR", dir.c_str(), 1);
+  test_support::ScopedEnv cache_dir{"PALLADIUM_CACHE_DIR", dir};
   cuda::GeneratedKernel g;
   g.entry = "k";
   g.source = "#include \"cuda/palladium.h\"\nextern \"C\" __global__ void k(float* p) { p[0] = 1.0f; }\n";
@@ -89,21 +92,21 @@ TEST(CudaCompiler, DiskCacheHitsAndRejectsCorruptEntries) {
   EXPECT_EQ(third.cubin, first.cubin);
   // A different architecture is a different key.
   EXPECT_FALSE(cuda::compile_to_cubin(g, "k", cuda::target_for(8, 0), "", true, false).from_cache);
-  if (saved.empty()) unsetenv("PALLADIUM_CACHE_DIR");
-  else setenv("PALLADIUM_CACHE_DIR", saved.c_str(), 1);
   std::filesystem::remove_all(dir);
 }
 
 TEST(CudaCompiler, DebugWritesSourceAndPtx) {
   PL_REQUIRE_NVRTC();
   const std::string dir = (std::filesystem::temp_directory_path() / ("pl-cuda-debug-" + std::to_string(::getpid()))).string();
-  setenv("PALLADIUM_DEBUG_DIR", dir.c_str(), 1);
-  testing::internal::CaptureStdout();
-  auto k = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] * 2.0f; }, pl::ShapeDtype({64}, f32),
-                           {.name = "debugged", .debug = true, .backend = "cuda"});
-  Array out = k(normal(4, {64}));
-  const std::string printed = testing::internal::GetCapturedStdout();
-  unsetenv("PALLADIUM_DEBUG_DIR");
+  std::string printed;
+  {
+    test_support::ScopedEnv debug_dir{"PALLADIUM_DEBUG_DIR", dir};
+    testing::internal::CaptureStdout();
+    auto k = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] * 2.0f; }, pl::ShapeDtype({64}, f32),
+                             {.name = "debugged", .debug = true, .backend = "cuda"});
+    Array out = k(normal(4, {64}));
+    printed = testing::internal::GetCapturedStdout();
+  }
   EXPECT_NE(printed.find(dir + "/pl_debugged.cu"), std::string::npos) << printed;
   EXPECT_TRUE(std::filesystem::exists(dir + "/pl_debugged.cu"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/pl_debugged.ptx"));

@@ -40,7 +40,9 @@ TEST(CudaMemory, MasksOtherStridesAndDynamicSlices) {
                            {.grid = {1}, .backend = be});
   };
   // o_masked's second half is only partly written: compare the written elements.
-  std::vector<Array> got = make("cuda").call({x}), ref = make("interpret").call({x});
+  std::vector<Array> got = make("cuda").call({x});
+  if (!results_are_real()) return;  // compile-only: the "cuda" result is the interpreter's
+  std::vector<Array> ref = make("interpret").call({x});
   Array g0 = to_host(got[0]);
   for (int64_t i = 0; i < 84; ++i) EXPECT_EQ(g0.get(i), ref[0].get(i)) << i;
   EXPECT_TRUE(agree(to_host(got[1]), ref[1]));
