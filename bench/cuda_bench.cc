@@ -291,7 +291,7 @@ void bench_attention() {
 // Forward + backward through the custom VJP (forward with residuals, preprocess, dq/dk/dv),
 // counted as 3.5x the forward's flops like the peers.
 void bench_attention_backward() {
-  // Forward blocks, backward blocks, stages (0: the defaults: the backward takes the seed's 2).
+  // Forward blocks, backward blocks, backward stages (0: the default, the seed's 2).
   // The defaults are forward 128 and backward 64; a backward at 128 overflows the registers.
   // (8 warps at block 64 measured 0.55-0.7x the backend's 4 on an H100.)
   struct Config {
@@ -303,7 +303,7 @@ void bench_attention_backward() {
       pl::ops::MhaOptions o{.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d))),
                             .causal = c.causal, .block_q = cfg.fwd_block, .block_k = cfg.fwd_block, .backend = "cuda"};
       o.backward_block = cfg.bwd_block;
-      o.num_stages = cfg.stages;
+      if (cfg.stages) o.backward_num_stages = cfg.stages;
       const std::string name = "palladium mha_vjp f" + std::to_string(cfg.fwd_block) + " b" +
                                std::to_string(cfg.bwd_block) + (cfg.stages ? " s" + std::to_string(cfg.stages) : "");
       try {

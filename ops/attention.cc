@@ -218,17 +218,21 @@ Dims check_inputs(const char* name, const Array& q, const Array& k, const Array&
     PL_CHECK(segment_ids.shape() == Shape({d.batch, d.seq_len}) && segment_ids.dtype() == i32, name,
              ": segment_ids must be int32 (batch, seq_len) = ", shape_str({d.batch, d.seq_len}), ", got ",
              dtype_name(segment_ids.dtype()), shape_str(segment_ids.shape()));
-  PL_CHECK(d.block_q > 0 && d.block_k > 0, name, ": block sizes must be positive");
+  PL_CHECK(d.block_q > 0 && d.block_k > 0, name, ": block sizes must be positive, got block_q ", o.block_q,
+           " and block_k ", o.block_k);
+  // The seed's kernels read whole blocks of k and v: a partial last block would read past the end.
+  PL_CHECK(d.seq_len % d.block_q == 0 && d.seq_len % d.block_k == 0, name, ": seq_len (", d.seq_len,
+           ") must be a multiple of block_q (", d.block_q, ") and block_k (", d.block_k, ")");
   return d;
 }
 
-std::string config_key(const Dims& d, const MhaOptions& o) {
+// The kernel parameters that the Callables capture (their blocks and masks), for call_key.
+std::string params_key(const Dims& d, const MhaOptions& o) {
   return detail::cat(d.batch, ",", d.seq_len, ",", d.num_heads, ",", d.head_dim, ",", d.block_q, ",", d.block_k, ",",
-                     o.sm_scale, ",", o.causal, ",", o.backend, ",", o.debug, ",", o.fast_math, ",", o.num_warps, ",",
-                     o.num_stages);
+                     exact(o.sm_scale), ",", o.causal);
 }
 
-CallOptions call_options(const char* name, Shape grid, const MhaOptions& o) {
+CallOptions call_options(const char* name, Shape grid, const MhaOptions& o, int num_stages) {
   CallOptions c;
   c.name = name;
   c.grid = std::move(grid);
@@ -236,7 +240,7 @@ CallOptions call_options(const char* name, Shape grid, const MhaOptions& o) {
   c.debug = o.debug;
   c.compiler_params.fast_math = o.fast_math;
   c.compiler_params.num_warps = o.num_warps;
-  c.compiler_params.num_stages = o.num_stages;
+  c.compiler_params.num_stages = num_stages;
   return c;
 }
 
@@ -254,7 +258,7 @@ BlockSpec seg_block(const Dims& d, const Array& segment_ids) {
 std::vector<Array> forward(const Array& q, const Array& k, const Array& v, const Array& seg, const MhaOptions& o,
                            bool residual) {
   Dims d = check_inputs(residual ? "mha_forward" : "mha", q, k, v, seg, o);
-  CallOptions c = call_options("mha_forward", {cdiv(d.seq_len, d.block_q), d.batch, d.num_heads}, o);
+  CallOptions c = call_options("mha_forward", {cdiv(d.seq_len, d.block_q), d.batch, d.num_heads}, o, o.num_stages);
   c.in_specs = {q_block(d), kv_block(d), kv_block(d), seg_block(d, seg)};
   c.out_specs = {q_block(d)};
   std::vector<ShapeDtype> outs{{q.shape(), q.dtype()}};
@@ -266,10 +270,8 @@ std::vector<Array> forward(const Array& q, const Array& k, const Array& v, const
     mha_forward_kernel(r[0], r[1], r[2], r[3], r[4], r.subspan(5), o.sm_scale, o.causal, d.block_q, d.head_dim,
                        d.block_k);
   };
-  return cached_call<std::vector<Array>>(config_key(d, o) + (residual ? "+lse" : "") + (seg.defined() ? "+seg" : "") +
-                                             result_signature(outs),
-                                         [&] { return pallas_call(kernel, outs, c); })
-      .call({q, k, v, seg});
+  const std::string key = call_key(params_key(d, o) + (residual ? ",lse" : "") + (seg.defined() ? ",seg" : ""), c, outs);
+  return cached_call<std::vector<Array>>(key, [&] { return pallas_call(kernel, outs, c); }).call({q, k, v, seg});
 }
 
 }  // namespace
@@ -288,12 +290,15 @@ Array mha_preprocess_backward(const Array& out, const Array& dout, const MhaOpti
   PL_CHECK(out.ndim() == 4 && dout.shape() == out.shape(), "mha_preprocess_backward: out and dout must have one (batch, seq_len, num_heads, head_dim) shape, got ",
            shape_str(out.shape()), " and ", shape_str(dout.shape()));
   Dims d{out.shape()[0], out.shape()[1], out.shape()[2], out.shape()[3], std::min(o.block_q, out.shape()[1]), 0};
-  CallOptions c = call_options("mha_preprocess_backward", {cdiv(d.seq_len, d.block_q), d.batch, d.num_heads}, o);
+  PL_CHECK(d.block_q > 0 && d.seq_len % d.block_q == 0, "mha_preprocess_backward: seq_len (", d.seq_len,
+           ") must be a positive multiple of block_q (", d.block_q, ")");
+  CallOptions c = call_options("mha_preprocess_backward", {cdiv(d.seq_len, d.block_q), d.batch, d.num_heads}, o,
+                               o.backward_num_stages);
   c.in_specs = {q_block(d), q_block(d)};
   c.out_specs = {BlockSpec({None, None, d.block_q}, [](Index i, Index j, Index h) { return idx(j, h, i); })};
   const ShapeDtype result({d.batch, d.num_heads, d.seq_len}, f32);
-  return cached_call<Array>(config_key(d, o) + dtype_name(out.dtype()) + result_signature({result}),
-                            [&] { return pallas_call(preprocess_backward_kernel, result, c); })(out, dout);
+  const std::string key = call_key(detail::cat(d.batch, ",", d.seq_len, ",", d.num_heads, ",", d.head_dim, ",", d.block_q), c, {result});
+  return cached_call<Array>(key, [&] { return pallas_call(preprocess_backward_kernel, result, c); })(out, dout);
 }
 
 std::tuple<Array, Array, Array> mha_backward(const Array& q, const Array& k, const Array& v, const Array& segment_ids,
@@ -307,10 +312,8 @@ std::tuple<Array, Array, Array> mha_backward(const Array& q, const Array& k, con
   PL_CHECK(d.block_q == d.block_k, "mha_backward: block_q (", d.block_q, ") must equal block_k (", d.block_k,
            "): as in the seed, dq is computed in blocks of block_q over the grid of key blocks (or set backward_block)");
   Array delta = mha_preprocess_backward(out, dout, o);
-  CallOptions c = call_options("mha_backward", {d.batch, d.num_heads, cdiv(d.seq_len, d.block_k)}, o);
-  // The seed's two stages: the backward's four warps then share an SM with a second program
-  // instead of a third prefetch stage (H100: fwd+bwd +33..43% at head_dim 64, +3..9% at 128).
-  if (o.num_stages == 0) c.compiler_params.num_stages = 2;
+  CallOptions c = call_options("mha_backward", {d.batch, d.num_heads, cdiv(d.seq_len, d.block_k)}, o,
+                               o.backward_num_stages);
   auto full = BlockSpec({None, d.seq_len, None, d.head_dim}, [](Index i, Index j, Index) { return idx(i, 0, j, 0); });
   auto row = BlockSpec({None, None, d.seq_len}, [](Index i, Index j, Index) { return idx(i, j, 0); });
   BlockSpec seg = segment_ids.defined()
@@ -327,8 +330,8 @@ std::tuple<Array, Array, Array> mha_backward(const Array& q, const Array& k, con
                         o.sm_scale, o.causal, d.block_q, d.block_k, d.block_q, d.block_k, d.head_dim);
   };
   std::vector<ShapeDtype> outs{{q.shape(), q.dtype()}, {k.shape(), k.dtype()}, {v.shape(), v.dtype()}};
-  auto r = cached_call<std::vector<Array>>(config_key(d, o) + (segment_ids.defined() ? "+seg" : "") + result_signature(outs),
-                                           [&] { return pallas_call(kernel, outs, c); })
+  const std::string key = call_key(params_key(d, o) + (segment_ids.defined() ? ",seg" : ""), c, outs);
+  auto r = cached_call<std::vector<Array>>(key, [&] { return pallas_call(kernel, outs, c); })
                .call({q, k, v, segment_ids, out, dout, lse, delta});
   return {r[0], r[1], r[2]};
 }

@@ -24,10 +24,12 @@ struct MhaOptions {
   bool fast_math = true;
   // The seed's num_warps and num_stages, passed to the compiled backends as CompilerParams; 0 lets
   // the backend choose (the seed's None picks Triton's 4 or 8 warps by head_dim, while the cuda
-  // backend sizes warps to the dot tiles: 16 rows per warp on wgmma), except that the backward
-  // kernel takes the seed's 2 stages.
+  // backend sizes warps to the dot tiles: 16 rows per warp on wgmma). num_stages is the forward's.
   int num_warps = 0;
   int num_stages = 0;
+  // The backward kernels' stages: the seed's 2 (its four warps then share an SM with a second
+  // program instead of a third prefetch stage: H100 fwd+bwd +33..43% at head_dim 64).
+  int backward_num_stages = 2;
   // The backward's block_q = block_k; 0 takes the forward's, as the seed does (which needs
   // block_q == block_k). At 128 the backward's tiles overflow the registers (H100, head_dim 64:
   // 25 TF/s against 161 at 64), so 64 is the default.

@@ -3,6 +3,7 @@
 #pragma once
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -10,13 +11,26 @@
 
 namespace palladium::ops {
 
-// The key must determine everything baked into the Callable, the result shapes and dtypes
-// included: a Callable made for bfloat16 inputs returns bfloat16 outputs for any later input
-// signature, so call sites append result_signature(outs).
-inline std::string result_signature(const std::vector<ShapeDtype>& outs) {
-  std::string s;
-  for (const ShapeDtype& o : outs) s += "|" + std::string(dtype_name(o.dtype)) + shape_str(o.shape);
-  return s;
+// v written exactly (a hexfloat): two parameters that print alike at 6 digits must not share a call.
+inline std::string exact(double v) {
+  std::ostringstream s;
+  s << std::hexfloat << v;
+  return s.str();
+}
+
+// The key of a library op's pallas_call: everything baked into the Callable. That is the kernel's
+// captured parameters (`params`, written by the caller, floats with exact()), every CallOptions
+// field that is not a BlockSpec (the specs follow from the parameters and the shapes), and the
+// result shapes and dtypes (a Callable made for bfloat16 results returns bfloat16 for any later
+// input signature). A new CallOptions or CompilerParams field belongs here too.
+inline std::string call_key(const std::string& params, const CallOptions& c, const std::vector<ShapeDtype>& outs) {
+  std::ostringstream s;
+  s << c.name << "(" << params << ") grid " << shape_str(c.grid) << " backend " << c.backend << (c.interpret ? "+i" : "")
+    << (c.debug ? "+debug" : "") << " warps " << c.compiler_params.num_warps << " stages " << c.compiler_params.num_stages
+    << (c.compiler_params.allow_tf32 ? " tf32" : "") << (c.compiler_params.fast_math ? " fast" : "");
+  for (const auto& [in, out] : c.input_output_aliases) s << " alias " << in << ">" << out;
+  for (const ShapeDtype& o : outs) s << " -> " << dtype_name(o.dtype) << shape_str(o.shape);
+  return s.str();
 }
 
 template <class R, class Make> Callable<R> cached_call(const std::string& key, Make make) {

@@ -29,7 +29,7 @@ Array indrnn(const Array& x, const Array& u, const Array& h0, int64_t block_f, c
                    .name = "indrnn",
                    .backend = backend};
   const std::vector<ShapeDtype> outs{ShapeDtype(x.shape(), x.dtype())};
-  const std::string key = detail::cat(steps, ",", features, ",", block_f, ",", backend) + result_signature(outs);
+  const std::string key = call_key(detail::cat(steps, ",", features, ",", block_f), opts, outs);
   return cached_call<Array>(key, [&] { return pallas_call(kernel, outs[0], opts); })(x, u, h0);
 }
 
