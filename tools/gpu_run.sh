@@ -34,7 +34,9 @@ fi
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader
 
-# stage NAME SECONDS COMMAND...: runs under a time limit, log to $OUT/NAME.log, prints a summary.
+# stage NAME SECONDS COMMAND...: runs under a time limit, log to $OUT/NAME.log, prints a summary;
+# a non-zero exit is remembered and makes the script fail at the end.
+failed_stages=()
 stage() {
   local name=$1 limit=$2
   shift 2
@@ -42,14 +44,16 @@ stage() {
   timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
   echo "=== $name: rc=$rc in $((SECONDS - t0)) s"
-  grep -E "^\[  (PASSED|FAILED) |^\[==========\] .* ran|tests? failed|FAILED TEST" "$OUT/$name.log" | head -40
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\] .* ran|tests? failed|FAILED TEST" "$OUT/$name.log" | head -40
+  [ $rc -ne 0 ] && failed_stages+=("$name")
   return 0
 }
 
 for part in "${parts[@]}"; do
   case $part in
     tests)
-      export PALLADIUM_BACKEND=cuda
+      # On the GPU machine a test that would skip for want of the GPU fails instead.
+      export PALLADIUM_BACKEND=cuda PALLADIUM_REQUIRE_GPU=1
       stage test_cuda ${PL_T_CUDA:-150} "$BIN/test_cuda" --gtest_brief=1
       stage test_kernels ${PL_T_KERNELS:-100} "$BIN/test_kernels" --gtest_brief=1
       stage test_ops ${PL_T_OPS:-50} "$BIN/test_ops" --gtest_brief=1
@@ -57,7 +61,7 @@ for part in "${parts[@]}"; do
       for e in quickstart attention indrnn; do
         [ -x "$BIN/$e" ] && stage "example_$e" 25 "$BIN/$e"
       done
-      unset PALLADIUM_BACKEND
+      unset PALLADIUM_BACKEND PALLADIUM_REQUIRE_GPU
       cat "$OUT"/example_*.log >"$OUT/examples.log" 2>/dev/null
       rm -f "$OUT"/example_*.log
       ;;
@@ -88,7 +92,8 @@ for part in "${parts[@]}"; do
     quicktests)
       # The cuda-only tests and the ops on cuda: a short check before benchmarks. A failure stays
       # visible; the benchmarks then still measure the default (wgmma) path.
-      export PALLADIUM_BACKEND=cuda
+      # On the GPU machine a test that would skip for want of the GPU fails instead.
+      export PALLADIUM_BACKEND=cuda PALLADIUM_REQUIRE_GPU=1
       stage test_cuda ${PL_T_CUDA:-150} "$BIN/test_cuda" --gtest_brief=1
       stage test_ops ${PL_T_OPS:-50} "$BIN/test_ops" --gtest_brief=1
       unset PALLADIUM_BACKEND
@@ -101,3 +106,7 @@ for part in "${parts[@]}"; do
       ;;
   esac
 done
+if [ ${#failed_stages[@]} -gt 0 ]; then
+  echo "FAILED stages: ${failed_stages[*]}"
+  exit 1
+fi

@@ -54,23 +54,42 @@ class CompiledKernelsCheck {
 inline bool results_are_real() { return mode() == Mode::Gpu; }
 
 // For tests of the NVRTC compiler itself (no kernels through the backend, so no guard).
+// PALLADIUM_REQUIRE_GPU=1 (tools/gpu_run.sh) turns every would-be skip into a failure, so a GPU
+// run whose driver or NVRTC failed to load cannot pass by skipping.
+inline bool gpu_required() {
+  const char* env = std::getenv("PALLADIUM_REQUIRE_GPU");
+  return env && std::string(env) == "1";
+}
 #define PL_REQUIRE_NVRTC_COMPILER()                                                                   \
-  if (::palladium::cudatest::mode() == ::palladium::cudatest::Mode::Skip)                             \
-  GTEST_SKIP() << "NVRTC is not available: " << ::palladium::cuda::nvrtc_unavailable_reason()
+  do {                                                                                                \
+    if (::palladium::cudatest::mode() == ::palladium::cudatest::Mode::Skip) {                         \
+      if (::palladium::cudatest::gpu_required())                                                      \
+        FAIL() << "PALLADIUM_REQUIRE_GPU=1 but NVRTC is not available: "                              \
+               << ::palladium::cuda::nvrtc_unavailable_reason();                                      \
+      GTEST_SKIP() << "NVRTC is not available: " << ::palladium::cuda::nvrtc_unavailable_reason();    \
+    }                                                                                                 \
+  } while (0)
 #define PL_REQUIRE_NVRTC()          \
   PL_REQUIRE_NVRTC_COMPILER();      \
   const ::palladium::cudatest::CompiledKernelsCheck pl_compiled_kernels_check
 #define PL_REQUIRE_GPU()                                                                              \
   do {                                                                                                \
-    if (::palladium::cudatest::mode() != ::palladium::cudatest::Mode::Gpu)                            \
+    if (::palladium::cudatest::mode() != ::palladium::cudatest::Mode::Gpu) {                          \
+      if (::palladium::cudatest::gpu_required())                                                      \
+        FAIL() << "PALLADIUM_REQUIRE_GPU=1 but no CUDA GPU: " << ::palladium::cuda::unavailable_reason(); \
       GTEST_SKIP() << "no CUDA GPU: " << ::palladium::cuda::unavailable_reason();                     \
+    }                                                                                                 \
   } while (0)
 
 inline double tolerance(DType t) {
   switch (t) {
     case DType::float64: return 1e-12;
-    case DType::float32: return 2e-5;
-    case DType::float16: case DType::bfloat16: return 1e-2;
+    // float32: reductions and dots in another order than the interpreter's, few-ulp libdevice
+    // functions; 16-bit results: the float32 value rounded once more, about half an ulp where
+    // the two round differently (bfloat16 2^-9, float16 2^-12), norm-relative far less.
+    case DType::float32: return 1e-5;
+    case DType::float16: return 1e-3;
+    case DType::bfloat16: return 5e-3;
     default: return 0.0;
   }
 }

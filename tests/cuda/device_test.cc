@@ -1,4 +1,5 @@
 // Devices and transfers, device-resident calls, the compile cache, errors and debug output.
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,11 @@ namespace {
 TEST(CudaDevice, BackendAvailabilityIsConsistent) {
   // Without a GPU the backend says why; with one, cuda is the default backend.
   const std::string why = backend::get("cuda").unavailable_reason();
+  if (gpu_required()) {
+    EXPECT_EQ(mode(), Mode::Gpu) << "PALLADIUM_REQUIRE_GPU=1: " << why;
+    const auto names = backend::available_names();
+    EXPECT_NE(std::find(names.begin(), names.end(), "cuda"), names.end()) << "cuda missing from the kernel suite's backends";
+  }
   if (mode() == Mode::Gpu) {
     EXPECT_EQ(why, "");
     EXPECT_GE(cuda_device_count(), 1);
