@@ -62,6 +62,14 @@ pl::Callable<pl::Array> matmul_call(int64_t n, int64_t block) {
                           .backend = "cpu"});
 }
 
+// Each Palladium benchmark checks its result once, before timing, against float64; a wrong result
+// marks the benchmark as an error instead of reporting a figure.
+bool checked(benchmark::State& st, const std::string& what, double err, double tol) {
+  if (err <= tol) return true;
+  st.SkipWithError((what + ": relative error " + std::to_string(err) + " over " + std::to_string(tol)).c_str());
+  return false;
+}
+
 void set_flops(benchmark::State& st, double flops) {
   st.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -71,7 +79,7 @@ void BM_MatmulPalladium(benchmark::State& st) {
   auto keys = pl::random::split(pl::random::key(0));
   pl::Array x = pl::random::normal(keys[0], {n, n}), y = pl::random::normal(keys[1], {n, n});
   auto f = matmul_call(n, block);
-  benchmark::DoNotOptimize(f(x, y).data());
+  if (!checked(st, "matmul", pl::rel_error(f(x, y), pl::matmul(x.astype(pl::f64), y.astype(pl::f64))), 1e-5)) return;
   for (auto _ : st) benchmark::DoNotOptimize(f(x, y).data());
   set_flops(st, 2.0 * n * n * n);
 }
@@ -80,8 +88,10 @@ void BM_MatmulPalladium(benchmark::State& st) {
 void BM_MatmulOpenBLAS(benchmark::State& st) {
   const int64_t n = st.range(0);
   openblas_set_num_threads(threads());
-  std::vector<float> a(static_cast<size_t>(n * n), 0.5f), b(a), c(a);
-  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 13) * 0.1f, b[i] = static_cast<float>(i % 7) * 0.2f;
+  // The same random inputs as BM_MatmulPalladium.
+  auto keys = pl::random::split(pl::random::key(0));
+  std::vector<float> a = pl::random::normal(keys[0], {n, n}).to_vector<float>();
+  std::vector<float> b = pl::random::normal(keys[1], {n, n}).to_vector<float>(), c(a.size());
   auto run = [&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n), static_cast<int>(n), static_cast<int>(n),
                 1.0f, a.data(), static_cast<int>(n), b.data(), static_cast<int>(n), 0.0f, c.data(), static_cast<int>(n));
@@ -105,7 +115,8 @@ void set_bandwidth(benchmark::State& st, double bytes) {
 
 void BM_AddPalladium(benchmark::State& st) {
   const int64_t block = st.range(0);
-  pl::Array x = pl::full({kAddElements}, 1.0), y = pl::full({kAddElements}, 2.0);
+  auto keys = pl::random::split(pl::random::key(3));
+  pl::Array x = pl::random::normal(keys[0], {kAddElements}), y = pl::random::normal(keys[1], {kAddElements});
   auto f = pl::pallas_call([](Ref a, Ref b, Ref o) { o[pl::all] = a[pl::all] + b[pl::all]; },
                            pl::ShapeDtype({kAddElements}, pl::f32),
                            {.grid = {kAddElements / block},
@@ -114,7 +125,7 @@ void BM_AddPalladium(benchmark::State& st) {
                             .out_specs = {pl::BlockSpec({block}, [](pl::Index i) { return pl::idx(i); })},
                             .name = "bench_add",
                             .backend = "cpu"});
-  benchmark::DoNotOptimize(f(x, y).data());
+  if (!checked(st, "add", pl::rel_error(f(x, y), pl::add(x.astype(pl::f64), y.astype(pl::f64))), 1e-7)) return;
   for (auto _ : st) benchmark::DoNotOptimize(f(x, y).data());
   set_bandwidth(st, 3.0 * 4 * kAddElements);
 }
@@ -154,7 +165,8 @@ struct IndRnnInputs {
 void BM_IndRnnPalladium(benchmark::State& st) {
   IndRnnInputs in;
   const std::string backend = st.range(1) ? "cpu" : "interpret";
-  benchmark::DoNotOptimize(pl::ops::indrnn(in.x, in.u, in.h0, st.range(0), backend).data());
+  const pl::Array got = pl::ops::indrnn(in.x, in.u, in.h0, st.range(0), backend);
+  if (!checked(st, "indrnn", pl::rel_error(got, pl::ops::indrnn_reference(in.x, in.u, in.h0)), 1e-6)) return;
   for (auto _ : st) benchmark::DoNotOptimize(pl::ops::indrnn(in.x, in.u, in.h0, st.range(0), backend).data());
 }
 
@@ -198,7 +210,10 @@ const float kScale = 1.0f / 8.0f;
 void BM_AttentionPalladium(benchmark::State& st) {
   AttentionInputs in;
   pl::ops::MhaOptions o{.sm_scale = kScale, .block_q = st.range(0), .block_k = st.range(1), .backend = "cpu"};
-  benchmark::DoNotOptimize(pl::ops::mha(in.q, in.k, in.v, pl::Array(), o).data());
+  const pl::Array got = pl::ops::mha(in.q, in.k, in.v, pl::Array(), o);
+  if (!checked(st, "attention", pl::rel_error(got, pl::ops::mha_reference(in.q, in.k, in.v, pl::Array(), kScale, false).out),
+               2e-6))
+    return;
   for (auto _ : st) benchmark::DoNotOptimize(pl::ops::mha(in.q, in.k, in.v, pl::Array(), o).data());
   set_flops(st, 4.0 * kSeq * kSeq * kHeadDim);
 }
