@@ -13,9 +13,7 @@ typedef unsigned long long pl_u64;
 
 #define PL_DEVICE static __device__ __forceinline__
 
-PL_DEVICE float pl_inf_f() { return __int_as_float(0x7f800000); }
 PL_DEVICE float pl_nan_f() { return __int_as_float(0x7fc00000); }
-PL_DEVICE double pl_inf_d() { return __longlong_as_double(0x7ff0000000000000ll); }
 PL_DEVICE double pl_nan_d() { return __longlong_as_double(0x7ff8000000000000ll); }
 
 // bfloat16 <-> float by bit manipulation (round to nearest even; NaN stays a quiet NaN).

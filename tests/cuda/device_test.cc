@@ -66,7 +66,7 @@ TEST(CudaCompiler, NvrtcFailureNamesKernelAndShowsSource) {
   g.entry = "broken";
   g.source = "#include \"cuda/palladium.h\"\nextern \"C\" __global__ void broken() {\n  int x = ;\n}\n";
   try {
-    cuda::compile_to_cubin(g, "my_kernel", cuda::target_for(9, 0), "", false, false);
+    cuda::compile_to_cubin(g, "my_kernel", cuda::target_for(9, 0), false, false);
     FAIL() << "no error";
   } catch (const Error& e) {
     const std::string msg = e.what();
@@ -85,19 +85,19 @@ TEST(CudaCompiler, DiskCacheHitsAndRejectsCorruptEntries) {
   g.entry = "k";
   g.source = "#include \"cuda/palladium.h\"\nextern \"C\" __global__ void k(float* p) { p[0] = 1.0f; }\n";
   const cuda::Target target = cuda::target_for(9, 0);
-  cuda::CompileResult first = cuda::compile_to_cubin(g, "k", target, "", true, false);
-  cuda::CompileResult second = cuda::compile_to_cubin(g, "k", target, "", true, false);
+  cuda::CompileResult first = cuda::compile_to_cubin(g, "k", target, true, false);
+  cuda::CompileResult second = cuda::compile_to_cubin(g, "k", target, true, false);
   EXPECT_FALSE(first.from_cache);
   EXPECT_TRUE(second.from_cache);
   EXPECT_EQ(first.cubin, second.cubin);
   // Corrupt every entry: the next compile must not load it.
   for (const auto& f : std::filesystem::recursive_directory_iterator(dir))
     if (f.is_regular_file()) std::ofstream(f.path(), std::ios::binary | std::ios::trunc) << "garbage";
-  cuda::CompileResult third = cuda::compile_to_cubin(g, "k", target, "", true, false);
+  cuda::CompileResult third = cuda::compile_to_cubin(g, "k", target, true, false);
   EXPECT_FALSE(third.from_cache);
   EXPECT_EQ(third.cubin, first.cubin);
   // A different architecture is a different key.
-  EXPECT_FALSE(cuda::compile_to_cubin(g, "k", cuda::target_for(8, 0), "", true, false).from_cache);
+  EXPECT_FALSE(cuda::compile_to_cubin(g, "k", cuda::target_for(8, 0), true, false).from_cache);
   std::filesystem::remove_all(dir);
 }
 

@@ -35,6 +35,15 @@ struct LoadedKernel {
   int max_blocks_per_sm = 1;
 };
 
+// An executable's kernel on one device: the loaded kernel and the launch parameters that its
+// generation for the device's target chose.
+struct DeviceKernel {
+  std::shared_ptr<LoadedKernel> loaded;
+  int threads = 128;
+  int64_t shared_bytes = 0, scratch_bytes = 0, num_programs = 1;
+  std::vector<DebugPrintInfo> prints;
+};
+
 struct ModuleCache {
   std::mutex mu;
   std::map<std::pair<int, std::string>, std::shared_ptr<LoadedKernel>> loaded;  // (device, source hash)
@@ -43,8 +52,6 @@ ModuleCache& module_cache() {
   static ModuleCache* c = new ModuleCache;  // modules stay loaded for the process
   return *c;
 }
-
-std::string grid_text(const Shape& grid) { return shape_str(grid); }
 
 std::atomic<int> compile_only_sm{0};  // 0: off; else the target architecture
 std::atomic<int> compiled_count{0};
@@ -86,7 +93,8 @@ void write_debug_files(const std::string& kernel_name, const GeneratedKernel& g,
 
 // Prints the kernel's debug_print records as the interpreter does: one line per record, programs
 // in row-major order, each program's prints in execution order.
-void print_debug_records(const ir::Kernel& k, const GeneratedKernel& g, const std::string& bytes, bool truncated) {
+void print_debug_records(const ir::Kernel& k, const std::vector<DebugPrintInfo>& prints, const std::string& bytes,
+                         bool truncated) {
   struct Record {
     int64_t program;
     uint32_t seq, op;
@@ -99,10 +107,10 @@ void print_debug_records(const ir::Kernel& k, const GeneratedKernel& g, const st
     std::memcpy(&op, bytes.data() + at, 4);
     std::memcpy(&seq, bytes.data() + at + 4, 4);
     std::memcpy(&program, bytes.data() + at + 8, 8);
-    if (op >= g.prints.size()) break;
+    if (op >= prints.size()) break;
     records.push_back({program, seq, op, at});
     size_t size = kDebugRecordHeader;
-    for (const ir::Type& t : g.prints[op].operands)
+    for (const ir::Type& t : prints[op].operands)
       size += static_cast<size_t>((numel(t.shape) * (is_float(t.dtype) && itemsize(t.dtype) == 2 ? 4 : itemsize(t.dtype)) + 7) / 8 * 8);
     at += size;
   }
@@ -110,7 +118,7 @@ void print_debug_records(const ir::Kernel& k, const GeneratedKernel& g, const st
     return a.program != b.program ? a.program < b.program : a.seq < b.seq;
   });
   for (const Record& r : records) {
-    const DebugPrintInfo& info = g.prints[r.op];
+    const DebugPrintInfo& info = prints[r.op];
     size_t at = r.at + kDebugRecordHeader;
     std::vector<Array> values;
     for (const ir::Type& t : info.operands) {
@@ -134,14 +142,6 @@ void print_debug_records(const ir::Kernel& k, const GeneratedKernel& g, const st
               << std::flush;
   }
   if (truncated) std::cout << "[" << k.name << "] debug_print output truncated (buffer full)\n" << std::flush;
-}
-
-CUdeviceptr device_ptr(const Array& a) { return reinterpret_cast<CUdeviceptr>(a.data()); }
-
-// An uninitialised array on cuda:ordinal, its memory ordered for `stream`.
-Array device_array(const Shape& shape, DType dtype, int ordinal, StreamRef stream) {
-  const size_t bytes = static_cast<size_t>(numel(shape)) * static_cast<size_t>(itemsize(dtype));
-  return Array(shape, dtype, device_storage(ordinal, bytes, stream));
 }
 
 // Where a call runs: on the device of its device-resident inputs (device inputs keep the outputs on
@@ -178,7 +178,7 @@ class CudaExecutable final : public backend::Executable {
   CudaExecutable(const ir::Kernel& k, const backend::CompileOptions& o) : kernel_(k), options_(o) {}
 
   // Generates and compiles for the device's architecture; done once per device.
-  std::shared_ptr<LoadedKernel> kernel_for(int ordinal) {
+  std::shared_ptr<const DeviceKernel> kernel_for(int ordinal) {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = per_device_.find(ordinal); it != per_device_.end()) return it->second;
     const DeviceInfo& dev = device(ordinal);
@@ -193,7 +193,7 @@ class CudaExecutable final : public backend::Executable {
       if (auto it = mc.loaded.find({ordinal, source_key}); it != mc.loaded.end() && !options_.debug) lk = it->second;
     }
     if (!lk) {
-      CompileResult c = compile_to_cubin(g, kernel_.name, target, "", true, options_.debug);
+      CompileResult c = compile_to_cubin(g, kernel_.name, target, true, options_.debug);
       ++compiled_count;
       if (options_.debug) write_debug_files(kernel_.name, g, c.ptx, c.cubin);
       const DriverApi& d = *driver();
@@ -212,9 +212,15 @@ class CudaExecutable final : public backend::Executable {
       std::lock_guard<std::mutex> lock2(mc.mu);
       mc.loaded[{ordinal, source_key}] = lk;
     }
-    generated_ = g;
-    per_device_[ordinal] = lk;
-    return lk;
+    auto dk = std::make_shared<DeviceKernel>();
+    dk->loaded = lk;
+    dk->threads = g.threads;
+    dk->shared_bytes = g.shared_bytes;
+    dk->scratch_bytes = g.scratch_bytes;
+    dk->num_programs = g.num_programs;
+    dk->prints = g.prints;
+    per_device_[ordinal] = dk;
+    return dk;
   }
 
   void run(const std::vector<Array>& inputs, std::vector<Array>& outputs) override {
@@ -223,12 +229,12 @@ class CudaExecutable final : public backend::Executable {
     const bool on_device = at.on_device;
     const Device dev{Device::cuda, ordinal};
     const StreamRef stream = stream_ref(at.stream);
-    std::shared_ptr<LoadedKernel> lk = kernel_for(ordinal);
-    const GeneratedKernel& g = generated_;
+    const std::shared_ptr<const DeviceKernel> dk = kernel_for(ordinal);
+    const LoadedKernel& lk = *dk->loaded;
     make_current(ordinal);
     const DriverApi& d = *driver();
     const std::string what = "pallas_call '" + kernel_.name + "' on " + at.stream.str() + " (grid " +
-                             grid_text(kernel_.grid) + ", " + std::to_string(g.threads) + " threads per program)";
+                             shape_str(kernel_.grid) + ", " + std::to_string(dk->threads) + " threads per program)";
 
     // Temporaries are allocated for the launch stream and released as soon as the launch is queued:
     // the allocator gives them out again only in stream order, so nothing waits for them here.
@@ -278,18 +284,18 @@ class CudaExecutable final : public backend::Executable {
       }
     }
 
-    const int64_t programs = g.num_programs;
+    const int64_t programs = dk->num_programs;
     uint64_t debug_header[2] = {0, 16u << 20};  // bytes used, capacity; alive until the stream is synchronized
     CUdeviceptr debug_buffer = 0;
     if (programs > 0) {
       CUdeviceptr scratch = 0, flags = 0;
       unsigned long long stride = 0;
       int slots = 0;
-      if (g.scratch_bytes > 0) {
+      if (dk->scratch_bytes > 0) {
         const DeviceInfo& info = device(ordinal);
-        const int64_t resident = static_cast<int64_t>(lk->max_blocks_per_sm) * info.multiprocessors;
+        const int64_t resident = static_cast<int64_t>(lk.max_blocks_per_sm) * info.multiprocessors;
         slots = static_cast<int>(std::min<int64_t>(programs, std::max<int64_t>(resident, 1)));
-        stride = static_cast<unsigned long long>((g.scratch_bytes + 255) / 256 * 256);
+        stride = static_cast<unsigned long long>((dk->scratch_bytes + 255) / 256 * 256);
         scratch = temp(stride * static_cast<size_t>(slots));
         flags = temp(sizeof(unsigned) * static_cast<size_t>(slots));
         make_current(ordinal);
@@ -302,7 +308,7 @@ class CudaExecutable final : public backend::Executable {
       args.push_back(&stride);
       args.push_back(&flags);
       args.push_back(&slots);
-      if (!g.prints.empty()) {
+      if (!dk->prints.empty()) {
         debug_buffer = temp(16 + debug_header[1]);
         copy_to_device(debug_buffer, debug_header, sizeof(debug_header), stream, what + ": clearing the debug_print buffer");
         args.push_back(&debug_buffer);
@@ -323,9 +329,9 @@ class CudaExecutable final : public backend::Executable {
         }
         d.cuEventRecord(lt.start, stream.handle);
       }
-      const CUresult r = d.cuLaunchKernel(lk->function, static_cast<unsigned>(gx), static_cast<unsigned>(gy), 1,
-                                          static_cast<unsigned>(g.threads), 1, 1, static_cast<unsigned>(g.shared_bytes),
-                                          stream.handle, args.data(), nullptr);
+      const CUresult r = d.cuLaunchKernel(lk.function, static_cast<unsigned>(gx), static_cast<unsigned>(gy), 1,
+                                          static_cast<unsigned>(dk->threads), 1, 1,
+                                          static_cast<unsigned>(dk->shared_bytes), stream.handle, args.data(), nullptr);
       if (r != 0) throw Error(what + ": the launch failed: " + driver_error_text(r));
       if (lt.on) {
         d.cuEventRecord(lt.stop, stream.handle);
@@ -341,7 +347,7 @@ class CudaExecutable final : public backend::Executable {
       std::string bytes(std::min<uint64_t>(used, debug_header[1]), '\0');
       copy_to_host(bytes.data(), debug_buffer + 16, bytes.size(), stream, what + ": reading debug_print output");
       synchronize(stream, what + ": reading debug_print output");
-      print_debug_records(kernel_, g, bytes, used > debug_header[1]);
+      print_debug_records(kernel_, dk->prints, bytes, used > debug_header[1]);
     }
     if (!on_device) {
       const std::string copy_back = what + ": running the kernel and copying its results to the host";
@@ -359,8 +365,7 @@ class CudaExecutable final : public backend::Executable {
   ir::Kernel kernel_;
   backend::CompileOptions options_;
   std::mutex mu_;
-  std::map<int, std::shared_ptr<LoadedKernel>> per_device_;
-  GeneratedKernel generated_;
+  std::map<int, std::shared_ptr<const DeviceKernel>> per_device_;
 };
 
 class CudaBackend final : public backend::Backend {
@@ -375,7 +380,7 @@ class CudaBackend final : public backend::Backend {
     if (const int sm = compile_only_target()) {
       // Generate and compile for the target (errors propagate), then run on the interpreter.
       GeneratedKernel g = generate_cuda(k, o.params, target_for(sm / 10, sm % 10));
-      CompileResult c = compile_to_cubin(g, k.name, target_for(sm / 10, sm % 10), "", true, o.debug);
+      CompileResult c = compile_to_cubin(g, k.name, target_for(sm / 10, sm % 10), true, o.debug);
       ++compiled_count;
       if (o.debug) write_debug_files(k.name, g, c.ptx, c.cubin);
       return interp::backend().compile(k, o);

@@ -7,18 +7,6 @@
 
 namespace palladium {
 
-namespace {
-
-cuda::CUdeviceptr device_ptr(const Array& a) { return reinterpret_cast<cuda::CUdeviceptr>(a.data()); }
-
-// An uninitialised array on cuda:ordinal, its memory ordered for `stream`.
-Array allocate_on(const Shape& shape, DType dtype, int ordinal, cuda::StreamRef stream) {
-  const size_t bytes = static_cast<size_t>(numel(shape)) * static_cast<size_t>(itemsize(dtype));
-  return Array(shape, dtype, cuda::device_storage(ordinal, bytes, stream));
-}
-
-}  // namespace
-
 int cuda_device_count() { return cuda::unavailable_reason().empty() ? cuda::device_count() : 0; }
 
 std::string cuda_unavailable_reason() { return cuda::unavailable_reason(); }
@@ -38,7 +26,7 @@ std::string device_description(Device d) {
 Array empty(Shape shape, DType dtype, Device d) {
   if (d.kind == Device::cpu) return Array(std::move(shape), dtype);
   const Stream s = cuda::current_stream_for("empty(" + d.str() + ")", d.index);
-  return allocate_on(shape, dtype, d.index, cuda::stream_ref(s));
+  return cuda::device_array(shape, dtype, d.index, cuda::stream_ref(s));
 }
 
 Array to_host(const Array& a) {
@@ -51,8 +39,8 @@ Array to_host(const Array& a) {
   // The array may have been written on other streams: the copy waits for them (on the device), so
   // the host always sees the result of the work queued before this call.
   // No record_use: the copy is done before this returns.
-  cuda::wait_for_uses(device_ptr(a), ref, op);
-  cuda::copy_to_host(out.data(), device_ptr(a), a.nbytes(), ref, op);
+  cuda::wait_for_uses(cuda::device_ptr(a), ref, op);
+  cuda::copy_to_host(out.data(), cuda::device_ptr(a), a.nbytes(), ref, op);
   cuda::synchronize(ref, op + ": waiting for " + s.str());
   return out;
 }
@@ -64,15 +52,15 @@ Array to_device(const Array& a, Device d) {
   const std::string op = "to_device(" + from.str() + " -> " + d.str() + ")";
   const Stream to_stream = cuda::current_stream_for(op, d.index);
   const cuda::StreamRef to = cuda::stream_ref(to_stream);
-  Array out = allocate_on(a.shape(), a.dtype(), d.index, to);
+  Array out = cuda::device_array(a.shape(), a.dtype(), d.index, to);
   if (from.kind == Device::cpu) {
-    cuda::copy_to_device(device_ptr(out), a.data(), a.nbytes(), to, op);
+    cuda::copy_to_device(cuda::device_ptr(out), a.data(), a.nbytes(), to, op);
     // Pageable host memory may be staged after the call returns; waiting also makes the array
     // ready for every stream, not only the one that copied it.
     cuda::synchronize(to, op + ": waiting for " + to_stream.str());
   } else if (from == d) {
-    cuda::record_use(device_ptr(a), to);
-    cuda::copy_on_device(device_ptr(out), device_ptr(a), a.nbytes(), to, op);
+    cuda::record_use(cuda::device_ptr(a), to);
+    cuda::copy_on_device(cuda::device_ptr(out), cuda::device_ptr(a), a.nbytes(), to, op);
   } else {
     // Across devices: the copy runs on the source device's current stream, in order after the work
     // that made `a`, and the destination's current stream is ordered around it both ways: before
@@ -80,8 +68,8 @@ Array to_device(const Array& a, Device d) {
     // the destination sees the copy).
     const cuda::StreamRef src = cuda::stream_ref(cuda::current_stream_for(op, from.index));
     cuda::order_after(src, to, op);
-    cuda::record_use(device_ptr(a), src);
-    cuda::copy_between_devices(device_ptr(out), d.index, device_ptr(a), from.index, a.nbytes(), src, op);
+    cuda::record_use(cuda::device_ptr(a), src);
+    cuda::copy_between_devices(cuda::device_ptr(out), d.index, cuda::device_ptr(a), from.index, a.nbytes(), src, op);
     cuda::order_after(to, src, op);
   }
   return out;

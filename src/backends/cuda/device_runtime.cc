@@ -18,13 +18,6 @@ Devices& devices() {
   return *d;
 }
 
-const DriverApi& api() {
-  std::string why;
-  const DriverApi* d = driver(&why);
-  if (!d) throw Error("CUDA is unavailable: " + why);
-  return *d;
-}
-
 }  // namespace
 
 std::string unavailable_reason() {
@@ -43,7 +36,7 @@ int device_count() {
 const DeviceInfo& device(int ordinal) {
   Devices& ds = devices();
   std::lock_guard<std::mutex> lock(ds.mu);
-  const DriverApi& d = api();
+  const DriverApi& d = require_driver();
   const int n = device_count();
   PL_CHECK(ordinal >= 0 && ordinal < n, "cuda:", ordinal, " does not exist (", n, " CUDA device", n == 1 ? "" : "s",
            " visible)");
@@ -51,7 +44,6 @@ const DeviceInfo& device(int ordinal) {
   std::unique_ptr<DeviceInfo>& slot = ds.info[static_cast<size_t>(ordinal)];
   if (!slot) {
     auto info = std::make_unique<DeviceInfo>();
-    info->ordinal = ordinal;
     check_driver(d.cuDeviceGet(&info->device, ordinal), "cuDeviceGet");
     check_driver(d.cuDevicePrimaryCtxRetain(&info->context, info->device), "cuDevicePrimaryCtxRetain");
     char name[256] = {};
@@ -74,19 +66,19 @@ void make_current(int ordinal) { (void)device(ordinal); }
 void copy_to_device(CUdeviceptr dst, const void* src, size_t bytes, StreamRef stream, const std::string& what) {
   if (!bytes) return;
   make_current(stream.device);
-  check_driver(api().cuMemcpyHtoDAsync(dst, src, bytes, stream.handle), what);
+  check_driver(require_driver().cuMemcpyHtoDAsync(dst, src, bytes, stream.handle), what);
 }
 
 void copy_to_host(void* dst, CUdeviceptr src, size_t bytes, StreamRef stream, const std::string& what) {
   if (!bytes) return;
   make_current(stream.device);
-  check_driver(api().cuMemcpyDtoHAsync(dst, src, bytes, stream.handle), what);
+  check_driver(require_driver().cuMemcpyDtoHAsync(dst, src, bytes, stream.handle), what);
 }
 
 void copy_on_device(CUdeviceptr dst, CUdeviceptr src, size_t bytes, StreamRef stream, const std::string& what) {
   if (!bytes) return;
   make_current(stream.device);
-  check_driver(api().cuMemcpyDtoDAsync(dst, src, bytes, stream.handle), what);
+  check_driver(require_driver().cuMemcpyDtoDAsync(dst, src, bytes, stream.handle), what);
 }
 
 void copy_between_devices(CUdeviceptr dst, int dst_device, CUdeviceptr src, int src_device, size_t bytes,
@@ -95,17 +87,17 @@ void copy_between_devices(CUdeviceptr dst, int dst_device, CUdeviceptr src, int 
   CUcontext dst_context = device(dst_device).context;
   CUcontext src_context = device(src_device).context;
   make_current(stream.device);
-  check_driver(api().cuMemcpyPeerAsync(dst, dst_context, src, src_context, bytes, stream.handle), what);
+  check_driver(require_driver().cuMemcpyPeerAsync(dst, dst_context, src, src_context, bytes, stream.handle), what);
 }
 
 void synchronize(StreamRef stream, const std::string& what) {
   make_current(stream.device);
-  check_driver(api().cuStreamSynchronize(stream.handle), what);
+  check_driver(require_driver().cuStreamSynchronize(stream.handle), what);
 }
 
 bool query(StreamRef stream, const std::string& what) {
   make_current(stream.device);
-  const CUresult r = api().cuStreamQuery(stream.handle);
+  const CUresult r = require_driver().cuStreamQuery(stream.handle);
   if (r == kErrorNotReady) return false;
   check_driver(r, what);
   return true;
@@ -113,7 +105,7 @@ bool query(StreamRef stream, const std::string& what) {
 
 void synchronize(int ordinal, const std::string& what) {
   make_current(ordinal);
-  check_driver(api().cuCtxSynchronize(), what);
+  check_driver(require_driver().cuCtxSynchronize(), what);
 }
 
 }  // namespace palladium::cuda

@@ -12,7 +12,6 @@
 namespace palladium::cuda {
 
 struct DeviceInfo {
-  int ordinal = 0;
   CUdevice device = 0;
   CUcontext context = nullptr;
   int cc_major = 0, cc_minor = 0;
@@ -56,6 +55,10 @@ void wait_for_uses(CUdeviceptr p, StreamRef stream, const std::string& what);
 void forget_stream(StreamRef stream) noexcept;
 // Storage owning `bytes` of device memory on cuda:ordinal, allocated for `stream`.
 std::shared_ptr<Storage> device_storage(int ordinal, size_t bytes, StreamRef stream);
+// An uninitialised array on cuda:ordinal, its memory ordered for `stream`.
+Array device_array(const Shape& shape, DType dtype, int ordinal, StreamRef stream);
+// The device memory of an array on a CUDA device.
+inline CUdeviceptr device_ptr(const Array& a) { return reinterpret_cast<CUdeviceptr>(a.data()); }
 
 // ---- events (stream_allocator.cc), created with timing disabled and pooled per device ----
 CUevent acquire_event(int ordinal);

@@ -100,16 +100,14 @@ void Emitter::find_pipelined_loops() {
   }
 }
 
-// Before a pipelined loop (after its S - 2 prefetch groups): the first dot of iteration lo.
+// Before a pipelined loop (after its prefetch rounds): the first dot of iteration lo.
 void Emitter::emit_pipeline_prologue(const PipelinedLoop& p) {
   if (!p.first_dot) return;
   const ir::Inst& loop = *p.loop;
   const std::string lo = name(loop.operands[0]) + "[0]", hi = name(loop.operands[1]) + "[0]";
   declare(p.first_dot->results[0]);
   open("if (" + lo + " < " + hi + ")");
-  line("pl_cp_async_wait<" + std::to_string(stages_ - 3) + ">();");
-  line("pl_fence_proxy_async();");
-  barrier();
+  emit_prefetch_wait(loop);
   emit_first_dot_issue(p, lo);
   line("pl_wgmma_commit();");
   line("pl_wgmma_wait<0>();");
@@ -137,9 +135,7 @@ void Emitter::emit_pipeline_next_issue(const PipelinedLoop& p) {
   if (!p.first_dot) return;
   const ir::Region& body = p.loop->regions[0];
   const std::string i = name(body.args[0]) + "[0]", hi = name(p.loop->operands[1]) + "[0]";
-  line("pl_cp_async_wait<" + std::to_string(stages_ - 3) + ">();");
-  line("pl_fence_proxy_async();");
-  barrier();
+  emit_prefetch_wait(*p.loop);
   open("if (" + i + " + 1 < " + hi + ")");
   emit_first_dot_issue(p, i + " + 1");
   close();

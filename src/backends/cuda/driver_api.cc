@@ -40,7 +40,6 @@ LoadedDriver load_driver() {
   DriverApi& a = out.api;
   std::string missing;
   bind(lib, a.cuInit, {"cuInit"}, missing);
-  bind(lib, a.cuDriverGetVersion, {"cuDriverGetVersion"}, missing);
   bind(lib, a.cuDeviceGetCount, {"cuDeviceGetCount"}, missing);
   bind(lib, a.cuDeviceGet, {"cuDeviceGet"}, missing);
   bind(lib, a.cuDeviceGetName, {"cuDeviceGetName"}, missing);
@@ -50,20 +49,13 @@ LoadedDriver load_driver() {
   bind(lib, a.cuCtxSynchronize, {"cuCtxSynchronize"}, missing);
   bind(lib, a.cuMemAlloc, {"cuMemAlloc_v2"}, missing);
   bind(lib, a.cuMemFree, {"cuMemFree_v2"}, missing);
-  bind(lib, a.cuMemGetInfo, {"cuMemGetInfo_v2"}, missing);
-  bind(lib, a.cuMemcpyHtoD, {"cuMemcpyHtoD_v2"}, missing);
-  bind(lib, a.cuMemcpyDtoH, {"cuMemcpyDtoH_v2"}, missing);
-  bind(lib, a.cuMemcpyDtoD, {"cuMemcpyDtoD_v2"}, missing);
   bind(lib, a.cuMemcpyDtoDAsync, {"cuMemcpyDtoDAsync_v2"}, missing);
   bind(lib, a.cuMemcpyHtoDAsync, {"cuMemcpyHtoDAsync_v2"}, missing);
   bind(lib, a.cuMemcpyDtoHAsync, {"cuMemcpyDtoHAsync_v2"}, missing);
   bind(lib, a.cuMemcpyPeerAsync, {"cuMemcpyPeerAsync"}, missing);
-  bind(lib, a.cuMemsetD8, {"cuMemsetD8_v2"}, missing);
   bind(lib, a.cuMemsetD8Async, {"cuMemsetD8Async"}, missing);
   bind(lib, a.cuModuleLoadData, {"cuModuleLoadData"}, missing);
-  bind(lib, a.cuModuleUnload, {"cuModuleUnload"}, missing);
   bind(lib, a.cuModuleGetFunction, {"cuModuleGetFunction"}, missing);
-  bind(lib, a.cuFuncGetAttribute, {"cuFuncGetAttribute"}, missing);
   bind(lib, a.cuFuncSetAttribute, {"cuFuncSetAttribute"}, missing);
   bind(lib, a.cuOccupancyMaxActiveBlocksPerMultiprocessor, {"cuOccupancyMaxActiveBlocksPerMultiprocessor"}, missing);
   bind(lib, a.cuLaunchKernel, {"cuLaunchKernel"}, missing);
@@ -150,6 +142,13 @@ const DriverApi* driver(std::string* why) {
   static const LoadedDriver loaded = load_driver();
   if (why) *why = loaded.why;
   return loaded.why.empty() ? &loaded.api : nullptr;
+}
+
+const DriverApi& require_driver() {
+  std::string why;
+  const DriverApi* d = driver(&why);
+  if (!d) throw Error("CUDA is unavailable: " + why);
+  return *d;
 }
 
 const NvrtcApi* nvrtc(std::string* why) {

@@ -29,9 +29,6 @@ inline constexpr int kAttrMultiprocessorCount = 16;
 inline constexpr int kAttrComputeCapabilityMajor = 75;
 inline constexpr int kAttrComputeCapabilityMinor = 76;
 inline constexpr int kAttrMaxSharedMemoryPerBlockOptin = 97;
-inline constexpr int kFuncAttrSharedSizeBytes = 1;
-inline constexpr int kFuncAttrLocalSizeBytes = 3;
-inline constexpr int kFuncAttrNumRegs = 4;
 inline constexpr int kFuncAttrMaxDynamicSharedSizeBytes = 8;
 inline constexpr unsigned kStreamNonBlocking = 1;    // CU_STREAM_NON_BLOCKING: no implicit sync with stream 0
 inline constexpr unsigned kEventDisableTiming = 2;   // CU_EVENT_DISABLE_TIMING: the cheapest event for ordering
@@ -39,7 +36,6 @@ inline constexpr CUresult kErrorNotReady = 600;      // CUDA_ERROR_NOT_READY fro
 
 struct DriverApi {
   CUresult (*cuInit)(unsigned);
-  CUresult (*cuDriverGetVersion)(int*);
   CUresult (*cuDeviceGetCount)(int*);
   CUresult (*cuDeviceGet)(CUdevice*, int);
   CUresult (*cuDeviceGetName)(char*, int, CUdevice);
@@ -49,20 +45,13 @@ struct DriverApi {
   CUresult (*cuCtxSynchronize)();
   CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
   CUresult (*cuMemFree)(CUdeviceptr);
-  CUresult (*cuMemGetInfo)(size_t*, size_t*);
-  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
-  CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
-  CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
   CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
   CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);
   CUresult (*cuMemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);
   CUresult (*cuMemcpyPeerAsync)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream);
-  CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
   CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
   CUresult (*cuModuleLoadData)(CUmodule*, const void*);
-  CUresult (*cuModuleUnload)(CUmodule);
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
-  CUresult (*cuFuncGetAttribute)(int*, int, CUfunction);
   CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
   CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int*, CUfunction, int, size_t);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -104,6 +93,8 @@ struct NvrtcApi {
 
 // The loaded driver, or nullptr; `why` (if given) receives the reason it is missing. Loaded once.
 const DriverApi* driver(std::string* why = nullptr);
+// The loaded driver; throws Error("CUDA is unavailable: <why>") when there is none.
+const DriverApi& require_driver();
 // The loaded NVRTC, or nullptr with the reason.
 const NvrtcApi* nvrtc(std::string* why = nullptr);
 

@@ -11,11 +11,6 @@
 #include "palladium/error.h"
 
 namespace palladium::cuda {
-namespace {
-
-bool is_16bit_float(DType t) { return t == DType::float16 || t == DType::bfloat16; }
-
-}  // namespace
 
 // Writes a register (or scratch) value into its shared-memory home, once, after its definition.
 void Emitter::emit_home_store(ir::ValueId v) {
@@ -27,6 +22,19 @@ void Emitter::emit_home_store(ir::ValueId v) {
   close();
   if (!wgmma_dots_.empty()) line("pl_fence_proxy_async();");
   barrier();
+}
+
+void Emitter::init_accumulator(const ir::Inst& dot) {
+  const ir::ValueId r = dot.results[0];
+  const ir::ValueId addend = dot_addend.count(r) ? dot_addend.at(r) : -1;
+  if (addend >= 0 && uses(addend) == 1 && loop_depth_of(addend) == loop_depth_of(r) && layout_of(addend).registers()) {
+    name_override_[r] = name(addend);
+    return;
+  }
+  declare(r);
+  open_slots(layout_of(r));
+  line(at(r) + " = " + (addend >= 0 ? at(addend) : std::string("0.0f")) + ";");
+  close();
 }
 
 ir::ValueId Emitter::unfolded(ir::ValueId v) const {
@@ -43,7 +51,10 @@ Emitter::DotOperands Emitter::dot_operands(const ir::Inst& dot) const {
 void Emitter::emit_dot(const ir::Inst& in) {
   const ir::ValueId r = in.results[0];
   const Layout& rl = layout_of(r);
-  const auto [a, b, ta, tb] = dot_operands(in);
+  // Plain variables, not structured bindings: the lambdas below capture them (clang 14 cannot).
+  const DotOperands operands = dot_operands(in);
+  const ir::ValueId a = operands.a, b = operands.b;
+  const bool ta = operands.ta, tb = operands.tb;
   const DType t = type(a).dtype;
   const Shape& as = type(a).shape;
   const Shape& bs = type(b).shape;
@@ -148,22 +159,7 @@ void Emitter::emit_dot(const ir::Inst& in) {
   if (a_stage + b_stage > 0) barrier();
   const int64_t a_ld = as[1] + pad, b_ld = bs[1] + pad;
 
-  // acc + dot: accumulate in place into the addend's registers when this add is its only use
-  // (at the same loop depth, so no later iteration reads it again); else start from a copy.
-  const ir::ValueId addend = dot_addend.count(r) ? dot_addend.at(r) : -1;
-  if (addend >= 0 && uses(addend) == 1 && loop_depth_of(addend) == loop_depth_of(r) && layout_of(addend).registers()) {
-    name_override_[r] = name(addend);
-  } else if (addend >= 0) {
-    declare(r);
-    open_slots(rl);
-    line(at(r) + " = " + at(addend) + ";");
-    close();
-  } else {
-    declare(r);
-    open_slots(rl);
-    line(at(r) + " = 0.0f;");
-    close();
-  }
+  init_accumulator(in);
   const int TM = rl.tiles_m, TN = rl.tiles_n;
   const int64_t wr = rl.shape[0] / rl.warps_m, wc = rl.shape[1] / rl.warps_n;
   const int ksteps = static_cast<int>(K / (tf32 ? 8 : 16));

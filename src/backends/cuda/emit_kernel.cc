@@ -339,30 +339,6 @@ static std::string sanitize(const std::string& s) {
 
 GeneratedKernel Emitter::run() {
   plan();
-  // Refs whose memory ops need barriers between them: loaded or updated atomically as well as
-  // written, or written from tiles of different layouts.
-  std::map<int, std::set<Shape>> store_shapes;
-  std::map<int, bool> reads, writes;
-  std::function<void(const ir::Region&)> scan = [&](const ir::Region& r) {
-    for (const ir::Inst& in : r.body) {
-      if (ir::op_family(in.op) == ir::Family::Memory) {
-        const int ref = static_cast<int>(in.i0);
-        if (in.op == ir::Op::Store) {
-          writes[ref] = true;
-          store_shapes[ref].insert(type(in.operands[in.index.size()]).shape);
-        } else if (in.op == ir::Op::Load) {
-          reads[ref] = true;
-        } else {
-          reads[ref] = writes[ref] = true;
-        }
-      }
-      for (const ir::Region& sub : in.regions) scan(sub);
-    }
-  };
-  scan(k_.body);
-  for (const auto& [ref, w] : writes)
-    if (w && (reads[ref] || store_shapes[ref].size() > 1)) outputs_loaded_.insert(ref);
-
   emit_region(k_.body);
 
   GeneratedKernel g;

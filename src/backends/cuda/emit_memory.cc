@@ -263,24 +263,35 @@ std::string Emitter::home_buffer(ir::ValueId v, const std::string& iteration, co
          std::to_string(stages_) + ") * " + std::to_string(tile.bytes() / 2);
 }
 
-// Before a loop: the tiles of its first stages - 1 iterations, one cp.async group per iteration.
-void Emitter::emit_loop_prologue(const ir::Inst& loop) {
-  const std::vector<const ir::Inst*> loads = prefetched_loads(loop);
-  if (loads.empty()) return;
+int Emitter::prefetch_distance(const ir::Inst& loop) const { return stages_ - (pipelined_loop(loop) ? 2 : 1); }
+
+void Emitter::emit_prefetch_round(const ir::Inst& loop, const std::string& var, const std::string& iteration) {
   const std::string lo = name(loop.operands[0]) + "[0]", hi = name(loop.operands[1]) + "[0]";
-  const std::string it = reg_type(type(loop.regions[0].args[0]).dtype);
-  // A pipelined loop prefetches stages - 2 ahead (dot_pipeline.cc); others stages - 1.
-  const PipelinedLoop* pipe = pipelined_loop(loop);
-  for (int j = 0; j + (pipe ? 2 : 1) < stages_; ++j) {
-    open("");
-    line("const " + it + " pl_pre = " + lo + " + " + std::to_string(j) + ";");
-    open("if (pl_pre < " + hi + ")");
-    for (const ir::Inst* in : loads) emit_prefetch_issue(*in, "pl_pre", home_buffer(in->results[0], "pl_pre", lo));
-    close();
-    close();
-    line("pl_cp_async_commit();");
-  }
-  if (pipe) emit_pipeline_prologue(*pipe);
+  open("");
+  line("const " + reg_type(type(loop.regions[0].args[0]).dtype) + " " + var + " = " + iteration + ";");
+  open("if (" + var + " < " + hi + ")");
+  for (const ir::Inst* in : prefetched_loads(loop)) emit_prefetch_issue(*in, var, home_buffer(in->results[0], var, lo));
+  close();
+  close();
+  line("pl_cp_async_commit();");
+}
+
+// The rounds are committed in iteration order, so at most distance - 1 younger ones may stay in
+// flight.
+void Emitter::emit_prefetch_wait(const ir::Inst& loop) {
+  line("pl_cp_async_wait<" + std::to_string(prefetch_distance(loop) - 1) + ">();");
+  if (!wgmma_dots_.empty()) line("pl_fence_proxy_async();");  // cp.async writes -> tensor-core reads
+  barrier();
+}
+
+// Before a loop: the rounds of its first prefetch_distance() iterations.
+void Emitter::emit_loop_prologue(const ir::Inst& loop) {
+  if (prefetched_loads(loop).empty()) return;
+  // In a loop, the previous run of this one may still have warps reading the ring's buffers.
+  if (loop_depth_of(loop.regions[0].args[0]) > 1) barrier();
+  const std::string lo = name(loop.operands[0]) + "[0]";
+  for (int j = 0; j < prefetch_distance(loop); ++j) emit_prefetch_round(loop, "pl_pre", lo + " + " + std::to_string(j));
+  if (const PipelinedLoop* pipe = pipelined_loop(loop)) emit_pipeline_prologue(*pipe);
 }
 
 void Emitter::emit_smem_load(const ir::Inst& in, const SmemTile& tile) {
@@ -298,43 +309,19 @@ void Emitter::emit_smem_load(const ir::Inst& in, const SmemTile& tile) {
     barrier();
     return;
   }
-  // Prefetched: at the loop's first prefetched load, wait for this iteration's group (stages - 2
-  // younger groups may stay in flight), then, past the barrier (every thread is done with the
-  // buffer of the previous iteration), issue the loads of iteration i + stages - 1 into it.
+  // Prefetched: at the loop's first prefetched load, wait for this iteration's round, then, past
+  // the barrier, issue round i + distance into the buffer it frees: that of iteration i - 1 (every
+  // thread is done with it). Pipelined, that of iteration i - 2: its last dot was retired before
+  // that iteration's closing barrier, and this iteration's tiles were made visible before its
+  // first dot was issued, at the end of the previous iteration (a K loop, with no first dot,
+  // waits here).
   const ir::Inst& loop = *pf->second.loop;
-  const std::vector<const ir::Inst*> loads = prefetched_loads(loop);
-  const ir::Region& body = loop.regions[0];
-  const std::string i = name(body.args[0]) + "[0]", lo = name(loop.operands[0]) + "[0]",
-                    hi = name(loop.operands[1]) + "[0]";
-  if (loads.front() == &in && pipelined_loop(loop)) {
-    // Pipelined: this iteration's tiles were made visible before its first dot was issued, at
-    // the end of the previous iteration, and the buffer of iteration i - 2 is free (its last dot
-    // was retired before that iteration's closing barrier). A K loop (no first dot) waits here.
-    if (!pipelined_loop(loop)->first_dot) {
-      line("pl_cp_async_wait<" + std::to_string(stages_ - 3) + ">();");
-      line("pl_fence_proxy_async();");
-      barrier();
-    }
-    open("");
-    line("const " + reg_type(type(body.args[0]).dtype) + " pl_nx = " + i + " + " + std::to_string(stages_ - 2) + ";");
-    open("if (pl_nx < " + hi + ")");
-    for (const ir::Inst* l : loads) emit_prefetch_issue(*l, "pl_nx", home_buffer(l->results[0], "pl_nx", lo));
-    close();
-    close();
-    line("pl_cp_async_commit();");
-  } else if (loads.front() == &in) {
-    line("pl_cp_async_wait<" + std::to_string(stages_ - 2) + ">();");
-    if (!wgmma_dots_.empty()) line("pl_fence_proxy_async();");
-    barrier();
-    open("");
-    line("const " + reg_type(type(body.args[0]).dtype) + " pl_nx = " + i + " + " + std::to_string(stages_ - 1) + ";");
-    open("if (pl_nx < " + hi + ")");
-    for (const ir::Inst* l : loads) emit_prefetch_issue(*l, "pl_nx", home_buffer(l->results[0], "pl_nx", lo));
-    close();
-    close();
-    line("pl_cp_async_commit();");
+  const std::string i = name(loop.regions[0].args[0]) + "[0]", lo = name(loop.operands[0]) + "[0]";
+  if (prefetched_loads(loop).front() == &in) {
+    const PipelinedLoop* pipe = pipelined_loop(loop);
+    if (!pipe || !pipe->first_dot) emit_prefetch_wait(loop);
+    emit_prefetch_round(loop, "pl_nx", i + " + " + std::to_string(prefetch_distance(loop)));
   }
-  (void)tile;
   line("pl_u16* const " + home_expr(v) + " = " + home_buffer(v, i, lo) + ";");
 }
 

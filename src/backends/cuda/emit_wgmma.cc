@@ -14,8 +14,6 @@
 namespace palladium::cuda {
 namespace {
 
-bool is_16bit_float(DType t) { return t == DType::float16 || t == DType::bfloat16; }
-
 // pl_wgmma_n<N>_<ss|rs>_<A major><B major>_<type>: majors 'k' (K-major, imm-trans 0) or 'm'
 // (M- or N-major, imm-trans 1). A = op(a) is K-major unless transposed; B = op(b) is N-major
 // unless transposed (then its tile is [N][K], K-major).
@@ -105,18 +103,7 @@ std::string Emitter::home_element(ir::ValueId v, const std::string& r, const std
 }
 
 void Emitter::emit_wgmma(const ir::Inst& in, ir::ValueId a, ir::ValueId b, bool ta, bool tb, bool retire_later) {
-  const ir::ValueId r = in.results[0];
-  const Layout& rl = layout_of(r);
-  // Accumulators: in place into the addend, from a copy of it, or zero (as emit_dot).
-  const ir::ValueId addend = dot_addend.count(r) ? dot_addend.at(r) : -1;
-  if (addend >= 0 && uses(addend) == 1 && loop_depth_of(addend) == loop_depth_of(r) && layout_of(addend).registers()) {
-    name_override_[r] = name(addend);
-  } else {
-    declare(r);
-    open_slots(rl);
-    line(at(r) + " = " + (addend >= 0 ? at(addend) : std::string("0.0f")) + ";");
-    close();
-  }
+  init_accumulator(in);
   emit_wgmma_issue(in, a, b, ta, tb);
   line("pl_wgmma_commit();");
   line(retire_later ? "pl_wgmma_wait<1>();" : "pl_wgmma_wait<0>();");

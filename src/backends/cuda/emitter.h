@@ -57,6 +57,9 @@ struct SmemTile {
 // Shared memory kept free of planned tiles: static __shared__ variables of the generated kernel.
 inline constexpr int64_t kSharedReserve = 1024;
 
+// The dtypes of the tensor cores' 16-bit operands (and of shared-memory homes).
+inline bool is_16bit_float(DType t) { return t == DType::float16 || t == DType::bfloat16; }
+
 class Emitter {
  public:
   Emitter(const ir::Kernel& k, const CompilerParams& params, const Target& target);
@@ -64,7 +67,9 @@ class Emitter {
 
   // ---- plan (layout_plan.cc) ----
   void plan();
+  void find_written_refs();
   void find_prefetches(const std::vector<std::pair<ir::ValueId, bool>>& homes);
+  void choose_stages(std::vector<std::pair<ir::ValueId, bool>>& homes);  // and the pipelined loops
   const Layout& layout_of(ir::ValueId v) const;
   const Layout& layout_for_shape(const Shape& s) const;
 
@@ -119,6 +124,10 @@ class Emitter {
   void emit_memory(const ir::Inst& in);               // emit_memory.cc
   void emit_smem_load(const ir::Inst& in, const SmemTile& tile);
   void emit_dot(const ir::Inst& in);                  // emit_dot.cc
+  // A tensor-core dot's accumulators: in place in its addend's registers where the add is the
+  // addend's only use (at the dot's loop depth, so no later iteration reads it again), else a
+  // copy of the addend, or zeros.
+  void init_accumulator(const ir::Inst& dot);
   // Dots on Hopper's warpgroup MMA (emit_wgmma.cc): chosen in planning, their operand homes swizzled.
   std::set<const ir::Inst*> wgmma_dots_;
   std::set<std::string> wgmma_variants_;              // instruction wrappers the kernel needs
@@ -159,9 +168,9 @@ class Emitter {
   // operands staged once); keyed by value.
   std::map<ir::ValueId, SmemTile> smem_home;
   std::set<ir::ValueId> skip_registers;  // values that exist only in their smem home
-  // Loads in a loop body whose tile is fetched one iteration ahead (cp.async into the other half
-  // of a double-buffered home): the loop, and the scalar instructions computing the load's
-  // indices, re-emitted for the next iteration.
+  // Loads in a loop body whose tile is prefetched: cp.async into a ring of stages_ buffers,
+  // prefetch_distance() iterations ahead. The loop, and the scalar instructions computing the
+  // load's indices, re-emitted for the iteration prefetched.
   struct Prefetch {
     const ir::Inst* loop = nullptr;
     std::vector<const ir::Inst*> slice;
@@ -172,7 +181,17 @@ class Emitter {
   void emit_home_fill(const ir::Inst& load, const SmemTile& tile, const std::string& dst);
   // Issues the cp.async copies of `load` for loop index `index` (C++ text) into buffer `dst`.
   void emit_prefetch_issue(const ir::Inst& load, const std::string& index, const std::string& dst);
-  void emit_loop_prologue(const ir::Inst& loop);  // issues the first iterations' prefetches
+  // How many iterations ahead a loop's loads are prefetched: stages_ - 1 (every buffer of the ring
+  // but the one being read); stages_ - 2 in a pipelined loop, whose previous iteration's buffer is
+  // still read by its dot in flight.
+  int prefetch_distance(const ir::Inst& loop) const;
+  // One prefetch round: the loop's prefetched loads for iteration `iteration` (C++ text, bound to
+  // the variable `var`) when it is below the loop's end, and one cp.async group (empty past the
+  // end, so that every iteration commits one).
+  void emit_prefetch_round(const ir::Inst& loop, const std::string& var, const std::string& iteration);
+  // Waits for this iteration's round and makes its tiles visible (to every thread, and to wgmma).
+  void emit_prefetch_wait(const ir::Inst& loop);
+  void emit_loop_prologue(const ir::Inst& loop);  // issues the first iterations' rounds
   std::vector<const ir::Inst*> prefetched_loads(const ir::Inst& loop) const;
   // The home buffer of a prefetched value for loop index `iteration` (a ring of stages_ buffers).
   std::string home_buffer(ir::ValueId v, const std::string& iteration, const std::string& lo) const;
@@ -180,7 +199,6 @@ class Emitter {
   int stages_ = 3;                        // pipeline depth of prefetched loads (buffers per home)
   // Adds folded into a dot's accumulator: add result -> the dot it aliases.
   std::map<ir::ValueId, ir::ValueId> alias_of;
-  std::set<ir::ValueId> fused_into_dot;  // dots whose result initialises from an addend
   std::map<ir::ValueId, ir::ValueId> dot_addend;
   // Transposes folded into a dot operand: transpose result -> its operand.
   std::map<ir::ValueId, ir::ValueId> folded_transpose;
@@ -201,21 +219,19 @@ class Emitter {
   std::vector<Layout> layouts_;
   std::map<Shape, int> layout_by_shape_;
   std::vector<int64_t> scratch_offset_;   // per value; -1 unless Memory
-  int64_t scratch_bytes_ = 0;             // per program: Memory values, then global staging
   int64_t smem_homes_bytes_ = 0;          // dedicated shared tiles come first
   int64_t smem_stage_bytes_ = 0;          // the shared exchange area after them
   int64_t global_stage_bytes_ = 0;
   int64_t global_stage_offset_ = 0;       // fixed after planning
   std::ostringstream body_;
   int indent_ = 1;
-  std::string slot_var_ = "s";
   std::vector<int> use_count_;
   std::vector<const ir::Inst*> def_;
   std::vector<int> depth_;                // loop depth at which each value is defined
   std::vector<int> order_;                // pre-order position of each value's definition
   std::map<ir::ValueId, std::string> name_override_;
-  std::set<int> outputs_loaded_;          // refs that need barriers between memory ops
-  std::set<int> refs_touched_;
+  std::set<int> written_refs_;            // refs the kernel stores to or updates atomically
+  std::set<int> outputs_loaded_;          // written refs that need barriers between memory ops
   std::vector<DebugPrintInfo> debug_prints_;
 };
 

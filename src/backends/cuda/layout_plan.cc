@@ -11,10 +11,10 @@ namespace {
 
 constexpr int kMaxStridedSlots = 64;   // beyond this a tile lives in global scratch
 constexpr int kMaxMmaSlots = 128;
+// Shared memory that the homes leave to the exchange area (values staged between threads).
+constexpr int64_t kExchangeHeadroom = 8 * 1024;
 
 int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
-
-bool is_16bit_float(DType t) { return t == DType::float16 || t == DType::bfloat16; }
 
 void walk(const ir::Region& r, int depth, const std::function<void(const ir::Inst&, int)>& f) {
   for (const ir::Inst& in : r.body) {
@@ -47,8 +47,38 @@ static bool mma_capable(const ir::Kernel& k, const ir::Inst& in, const CompilerP
   return false;
 }
 
+// The refs the kernel writes (stores, atomics), and among them those whose memory ops need
+// barriers between them: loaded or updated atomically as well as written, or written from tiles
+// of different layouts.
+void Emitter::find_written_refs() {
+  std::map<int, std::set<Shape>> store_shapes;
+  std::set<int> reads;
+  std::function<void(const ir::Region&)> scan = [&](const ir::Region& r) {
+    for (const ir::Inst& in : r.body) {
+      if (ir::op_family(in.op) == ir::Family::Memory) {
+        const int ref = static_cast<int>(in.i0);
+        if (in.op == ir::Op::Store) {
+          written_refs_.insert(ref);
+          store_shapes[ref].insert(type(in.operands[in.index.size()]).shape);
+        } else if (in.op == ir::Op::Load) {
+          reads.insert(ref);
+        } else {
+          reads.insert(ref);
+          written_refs_.insert(ref);
+        }
+      }
+      for (const ir::Region& sub : in.regions) scan(sub);
+    }
+  };
+  scan(k_.body);
+  for (int ref : written_refs_)
+    if (reads.count(ref) || store_shapes[ref].size() > 1) outputs_loaded_.insert(ref);
+}
+
 // Plain loads in a For body whose indices depend only on the loop index and loop invariants
-// (through scalar arithmetic in the body) are prefetched one iteration ahead.
+// (through scalar arithmetic in the body) are prefetched: issued with cp.async into a ring of
+// stages_ buffers, prefetch_distance() iterations ahead. Not from a ref the kernel writes: such a
+// load must see the stores before it (the iterations in between may write the rows it reads).
 void Emitter::find_prefetches(const std::vector<std::pair<ir::ValueId, bool>>& homes) {
   std::function<void(const ir::Region&)> visit = [&](const ir::Region& r) {
     for (const ir::Inst& in : r.body) {
@@ -65,6 +95,7 @@ void Emitter::find_prefetches(const std::vector<std::pair<ir::ValueId, bool>>& h
         const ir::ValueId v = home.first;  // a plain variable: clang 14 cannot capture structured bindings
         if (!home.second || !local.count(v)) continue;
         const ir::Inst& load = *local[v];
+        if (written_refs_.count(static_cast<int>(load.i0))) continue;
         std::set<const ir::Inst*> slice;
         std::function<bool(ir::ValueId)> pure = [&](ir::ValueId x) {
           if (x == body.args[0]) return true;
@@ -96,6 +127,69 @@ void Emitter::find_prefetches(const std::vector<std::pair<ir::ValueId, bool>>& h
     }
   };
   visit(k_.body);
+}
+
+// The homes' offsets (a ring of stages_ buffers for each prefetched load), the stage count and
+// the software-pipelined loops. Over budget: fewer stages (down to 2), then no prefetching, then
+// no homes (operands are then staged per dot). Pipelining costs a stage and the registers of a
+// dot in flight; it pays where a program has its SM to itself. Where two programs' shared memory
+// (as planned without pipelining) fits one SM, they overlap each other's dots already (H100, the
+// seed attention: +3..5% at d128 or block_k 128, -3% at d64 with block_k 64), so no loop is
+// pipelined. A pipelined loop prefetches stages - 2 iterations ahead: a fourth stage, where it
+// fits and no stage count was asked for, keeps the distance of two that unpipelined loops have.
+void Emitter::choose_stages(std::vector<std::pair<ir::ValueId, bool>>& homes) {
+  const int64_t budget = target_.max_shared_bytes - kSharedReserve - kExchangeHeadroom;
+  // Lays the homes out for stages_; whether they fit the budget.
+  auto assign_offsets = [&] {
+    smem_home.clear();
+    skip_registers.clear();
+    int64_t offset = 0;
+    for (const auto& [v, plain_load] : homes) {
+      SmemTile tile;
+      tile.rows = type(v).shape[0];
+      tile.cols = type(v).shape[1];
+      tile.swizzled = swizzled_homes_.count(v) > 0;
+      offset = align_up(offset, tile.swizzled ? 1024 : 128);  // swizzle atoms are 1024-byte aligned
+      tile.offset = offset;
+      offset = align_up(offset + tile.bytes() * (prefetch.count(v) ? stages_ : 1), 128);
+      smem_home[v] = tile;
+      if (plain_load) skip_registers.insert(v);
+    }
+    smem_homes_bytes_ = offset;
+    return offset <= budget;
+  };
+  stages_ = params_.num_stages > 1 ? std::min(params_.num_stages, 8) : 3;
+  bool fits = assign_offsets();
+  while (!fits && !prefetch.empty() && stages_ > 2) {
+    --stages_;
+    fits = assign_offsets();
+  }
+  if (!fits) {
+    prefetch.clear();
+    fits = assign_offsets();
+  }
+  if (!fits) {
+    homes.clear();
+    wgmma_dots_.clear();
+    swizzled_homes_.clear();
+    assign_offsets();
+  }
+
+  find_pipelined_loops();
+  if (pipelined_.empty()) return;
+  if (2 * (smem_homes_bytes_ + kSharedReserve + kExchangeHeadroom) <= target_.max_shared_bytes) {
+    pipelined_.clear();
+    pipelined_by_dot_.clear();
+    in_place_.clear();
+    return;
+  }
+  if (params_.num_stages == 0 && stages_ == 3) {
+    stages_ = 4;
+    if (!assign_offsets()) {
+      stages_ = 3;
+      assign_offsets();
+    }
+  }
 }
 
 void Emitter::plan() {
@@ -136,6 +230,7 @@ void Emitter::plan() {
     max_numel = std::max(max_numel, numel(t.shape));
   }
   for (const ir::RefParam& p : k_.refs) shapes.insert(p.ref_shape);
+  find_written_refs();
 
   // Threads: the hint, else 1..8 warps by the largest tensor-core product (at most 64 of its
   // accumulators per thread, a warp per 16 of its rows), else about eight elements per thread of
@@ -271,42 +366,6 @@ void Emitter::plan() {
   }
   find_prefetches(homes);
   choose_wgmma(homes);
-  // Offsets of the homes (a ring of stages_ buffers for prefetched loads). Over budget, use fewer
-  // stages, then no prefetching, then no homes (operands are then staged per dot).
-  stages_ = params_.num_stages > 1 ? std::min(params_.num_stages, 8) : 3;
-  const int64_t budget = target_.max_shared_bytes - kSharedReserve - 8 * 1024;
-  auto assign_offsets = [&] {
-    smem_home.clear();
-    skip_registers.clear();
-    int64_t offset = 0;
-    for (const auto& [v, plain_load] : homes) {
-      SmemTile tile;
-      tile.rows = type(v).shape[0];
-      tile.cols = type(v).shape[1];
-      tile.swizzled = swizzled_homes_.count(v) > 0;
-      offset = align_up(offset, tile.swizzled ? 1024 : 128);  // swizzle atoms are 1024-byte aligned
-      tile.offset = offset;
-      offset = align_up(offset + tile.bytes() * (prefetch.count(v) ? stages_ : 1), 128);
-      smem_home[v] = tile;
-      if (plain_load) skip_registers.insert(v);
-    }
-    return offset;
-  };
-  smem_homes_bytes_ = assign_offsets();
-  while (smem_homes_bytes_ > budget && !prefetch.empty() && stages_ > 2) {
-    --stages_;
-    smem_homes_bytes_ = assign_offsets();
-  }
-  if (smem_homes_bytes_ > budget) {
-    prefetch.clear();
-    smem_homes_bytes_ = assign_offsets();
-  }
-  if (smem_homes_bytes_ > budget) {
-    homes.clear();
-    wgmma_dots_.clear();
-    swizzled_homes_.clear();
-    smem_homes_bytes_ = assign_offsets();
-  }
 
   // acc + dot(a, b): the dot accumulates onto acc directly when the add is its only use.
   for (const ir::Inst* d : dots) {
@@ -324,31 +383,7 @@ void Emitter::plan() {
     dot_addend[r] = other;
     alias_of[u->results[0]] = r;
   }
-  find_pipelined_loops();
-  // A pipelined loop prefetches stages - 2 iterations ahead: a fourth stage, where it fits and
-  // no stage count was asked for, keeps the distance of two that unpipelined loops have.
-  const int unpipelined_stages = stages_;
-  if (!pipelined_.empty() && params_.num_stages == 0 && stages_ == 3) {
-    stages_ = 4;
-    const int64_t bytes = assign_offsets();
-    if (bytes > budget) {
-      stages_ = 3;
-      assign_offsets();
-    } else {
-      smem_homes_bytes_ = bytes;
-    }
-  }
-  // Pipelining costs that stage and the registers of a dot in flight; it pays where a program
-  // has its SM to itself. Where two programs' shared memory fits one SM, they overlap each
-  // other's dots already (H100, the seed attention: +3..5% at d128 or block_k 128, -3% at d64
-  // with block_k 64).
-  if (!pipelined_.empty() && 2 * (smem_homes_bytes_ + kSharedReserve + 8 * 1024) <= target_.max_shared_bytes) {
-    pipelined_.clear();
-    pipelined_by_dot_.clear();
-    in_place_.clear();
-    stages_ = unpipelined_stages;
-    smem_homes_bytes_ = assign_offsets();
-  }
+  choose_stages(homes);
 
   // Global scratch: Memory tiles (each its own buffer), then the global staging area.
   scratch_offset_.assign(nv, -1);
@@ -358,7 +393,6 @@ void Emitter::plan() {
     scratch_offset_[v] = scratch;
     scratch = align_up(scratch + numel(k_.types[v].shape) * reg_size(k_.types[v].dtype), 256);
   }
-  scratch_bytes_ = scratch;
   global_stage_offset_ = scratch;
 }
 

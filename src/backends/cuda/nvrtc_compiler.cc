@@ -99,15 +99,15 @@ std::string nvrtc_unavailable_reason() {
 }
 
 CompileResult compile_to_cubin(const GeneratedKernel& g, const std::string& kernel_name, const Target& target,
-                               const std::string& cache_key_extra, bool use_cache, bool want_ptx) {
+                               bool use_cache, bool want_ptx) {
   std::string why;
   const NvrtcApi* n = nvrtc(&why);
   if (!n) throw Error("pallas_call '" + kernel_name + "': " + why);
   CompileResult out;
-  // The key: codegen version, library version, NVRTC version, architecture, source (which
-  // embeds the device headers' names; their text joins too) and the caller's extra text.
+  // The key: codegen version, library version, NVRTC version, architecture and source (which
+  // names the device headers it includes; their text joins too).
   std::string key = std::string(kCodegenVersion) + "|" + PALLADIUM_VERSION + "|nvrtc " + nvrtc_version() + "|" +
-                    target.arch_flag() + "|" + cache_key_extra + "|" + g.source;
+                    target.arch_flag() + "|" + g.source;
   for (const auto& [name, text] : backend::embedded_headers())
     if (name.rfind("cuda/", 0) == 0) key += "|" + name + "\n" + text;
   const backend::DiskCache cache("cuda");  // per compile: PALLADIUM_CACHE_DIR is read each time

@@ -19,9 +19,9 @@ std::string nvrtc_version();
 std::string nvrtc_unavailable_reason();
 
 // Compiles `g` for `target`. `kernel_name` names the pallas_call in errors: an NVRTC failure
-// raises Error with the log and the generated lines around the first failing line.
-// `cache_key_extra` joins the key (IR text and options); the disk cache is used when `use_cache`.
+// raises Error with the log and the generated lines around the first failing line. The disk
+// cache is used when `use_cache`; `want_ptx` also compiles the PTX (never from the cache).
 CompileResult compile_to_cubin(const GeneratedKernel& g, const std::string& kernel_name, const Target& target,
-                               const std::string& cache_key_extra, bool use_cache, bool want_ptx);
+                               bool use_cache, bool want_ptx);
 
 }  // namespace palladium::cuda

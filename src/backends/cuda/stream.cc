@@ -28,13 +28,6 @@ EventState::~EventState() {
 
 namespace {
 
-const cuda::DriverApi& api() {
-  std::string why;
-  const cuda::DriverApi* d = cuda::driver(&why);
-  if (!d) throw Error("CUDA is unavailable: " + why);
-  return *d;
-}
-
 std::atomic<uint64_t> next_serial{1};
 
 // Throws unless cuda:index can be used, naming the operation that needs it.
@@ -120,13 +113,13 @@ Device Event::device() const { return state_->device; }
 
 void Event::synchronize() const {
   if (device().kind == Device::cpu) return;
-  cuda::check_driver(api().cuEventSynchronize(state_->handle),
+  cuda::check_driver(cuda::require_driver().cuEventSynchronize(state_->handle),
                      "Event::synchronize(event recorded on " + state_->stream + ")");
 }
 
 bool Event::done() const {
   if (device().kind == Device::cpu) return true;
-  const cuda::CUresult r = api().cuEventQuery(state_->handle);
+  const cuda::CUresult r = cuda::require_driver().cuEventQuery(state_->handle);
   if (r == cuda::kErrorNotReady) return false;
   cuda::check_driver(r, "Event::done(event recorded on " + state_->stream + ")");
   return true;
@@ -138,7 +131,7 @@ Stream new_stream(Device d) {
   const std::string op = "new_stream(" + d.str() + ")";
   require_cuda(op, d.index);
   cuda::CUstream h = nullptr;
-  cuda::check_driver(api().cuStreamCreate(&h, cuda::kStreamNonBlocking), op + ": cuStreamCreate");
+  cuda::check_driver(cuda::require_driver().cuStreamCreate(&h, cuda::kStreamNonBlocking), op + ": cuStreamCreate");
   return Stream(std::make_shared<detail::StreamState>(d, h, true, serial));
 }
 

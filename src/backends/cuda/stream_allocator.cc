@@ -19,13 +19,6 @@
 namespace palladium::cuda {
 namespace {
 
-const DriverApi& api() {
-  std::string why;
-  const DriverApi* d = driver(&why);
-  if (!d) throw Error("CUDA is unavailable: " + why);
-  return *d;
-}
-
 struct EventPool {
   std::mutex mu;
   std::map<int, std::vector<CUevent>> idle;  // by device: events belong to the device's context
@@ -43,7 +36,7 @@ struct PendingWork {
   PendingWork(const PendingWork&) = delete;
   PendingWork& operator=(const PendingWork&) = delete;
   ~PendingWork() { recycle_event(device, event); }
-  bool done() const { return api().cuEventQuery(event) == 0; }
+  bool done() const { return require_driver().cuEventQuery(event) == 0; }
 };
 using Pending = std::shared_ptr<PendingWork>;
 
@@ -70,7 +63,6 @@ struct Allocator {
   std::mutex mu;
   std::unordered_map<CUdeviceptr, Block> live;
   std::map<std::pair<int, size_t>, std::vector<CachedBlock>> cached;  // (device, size)
-  size_t cached_bytes = 0;
 };
 Allocator& allocator() {
   static Allocator* a = new Allocator;  // never destroyed: Arrays may be freed during exit
@@ -102,17 +94,16 @@ void hand_over(Block& b, StreamRef stream) {
 // any stream (of this device, or of another one for a peer copy), so all of it is waited for first.
 void free_cached(Allocator& a, int ordinal) {
   make_current(ordinal);
-  api().cuCtxSynchronize();
+  require_driver().cuCtxSynchronize();
   for (auto& [key, blocks] : a.cached) {
     if (key.first != ordinal) continue;
     for (CachedBlock& c : blocks) {
       for (const Pending& p : c.block.pending)
-        if (p->device != ordinal) api().cuEventSynchronize(p->event);
+        if (p->device != ordinal) require_driver().cuEventSynchronize(p->event);
       c.block.pending.clear();
       make_current(ordinal);
-      api().cuMemFree(c.ptr);
+      require_driver().cuMemFree(c.ptr);
     }
-    a.cached_bytes -= key.second * blocks.size();
     blocks.clear();
   }
 }
@@ -132,7 +123,8 @@ CUevent acquire_event(int ordinal) {
   }
   make_current(ordinal);
   CUevent e = nullptr;
-  check_driver(api().cuEventCreate(&e, kEventDisableTiming), "cuda:" + std::to_string(ordinal) + ": creating an event");
+  check_driver(require_driver().cuEventCreate(&e, kEventDisableTiming),
+               "cuda:" + std::to_string(ordinal) + ": creating an event");
   return e;
 }
 
@@ -149,7 +141,7 @@ void recycle_event(int ordinal, CUevent e) noexcept {
 CUevent record_event(StreamRef stream, const std::string& what) {
   CUevent e = acquire_event(stream.device);
   make_current(stream.device);
-  if (CUresult r = api().cuEventRecord(e, stream.handle); r != 0) {
+  if (CUresult r = require_driver().cuEventRecord(e, stream.handle); r != 0) {
     recycle_event(stream.device, e);
     throw Error(what + ": recording an event: " + driver_error_text(r));
   }
@@ -158,7 +150,7 @@ CUevent record_event(StreamRef stream, const std::string& what) {
 
 void wait_event(StreamRef stream, CUevent e, const std::string& what) {
   make_current(stream.device);
-  check_driver(api().cuStreamWaitEvent(stream.handle, e, 0), what);
+  check_driver(require_driver().cuStreamWaitEvent(stream.handle, e, 0), what);
 }
 
 void order_after(StreamRef waiter, StreamRef producer, const std::string& what) {
@@ -185,18 +177,17 @@ CUdeviceptr allocate(int ordinal, size_t bytes, StreamRef stream) {
     if (it == blocks.rend()) it = blocks.rbegin();
     CachedBlock c = std::move(*it);
     blocks.erase(std::next(it).base());
-    a.cached_bytes -= size;
     hand_over(c.block, stream);  // on a driver error the block is dropped: its state is unknown
     a.live.emplace(c.ptr, std::move(c.block));
     return c.ptr;
   }
   make_current(ordinal);
   CUdeviceptr p = 0;
-  CUresult r = api().cuMemAlloc(&p, size);
+  CUresult r = require_driver().cuMemAlloc(&p, size);
   if (r != 0) {  // give the cache back to the driver and try once more
     free_cached(a, ordinal);
     make_current(ordinal);
-    r = api().cuMemAlloc(&p, size);
+    r = require_driver().cuMemAlloc(&p, size);
   }
   if (r != 0)
     throw Error("cuda:" + std::to_string(ordinal) + ": cannot allocate " + std::to_string(bytes) +
@@ -223,7 +214,6 @@ void release(CUdeviceptr p) {
     if (b.uses.size() != 1 || !b.pending.empty()) capture_uses(b, "freeing device memory");
     const size_t size = b.size;
     a.cached[{b.device, size}].push_back(CachedBlock{p, std::move(b)});
-    a.cached_bytes += size;
   } catch (...) {
     // The block's queued work could not be captured (the context is failing or shutting down):
     // dropping it, rather than caching it, keeps it from being reused too early.
@@ -268,13 +258,10 @@ void forget_stream(StreamRef stream) noexcept {
   } catch (...) {
     // No event could be recorded: the driver is failing or shutting down. Dropping every cached
     // block that the stream used keeps them from being reused too early.
-    for (auto& [key, blocks] : a.cached) {
-      const size_t before = blocks.size();
+    for (auto& [key, blocks] : a.cached)
       std::erase_if(blocks, [&](const CachedBlock& c) {
         return std::find(c.block.uses.begin(), c.block.uses.end(), stream) != c.block.uses.end();
       });
-      a.cached_bytes -= key.second * (before - blocks.size());
-    }
   }
 }
 
@@ -285,6 +272,11 @@ std::shared_ptr<Storage> device_storage(int ordinal, size_t bytes, StreamRef str
   s->device = Device{Device::cuda, ordinal};
   s->free_fn = [](void* p) { release(reinterpret_cast<CUdeviceptr>(p)); };
   return s;
+}
+
+Array device_array(const Shape& shape, DType dtype, int ordinal, StreamRef stream) {
+  const size_t bytes = static_cast<size_t>(numel(shape)) * static_cast<size_t>(itemsize(dtype));
+  return Array(shape, dtype, device_storage(ordinal, bytes, stream));
 }
 
 }  // namespace palladium::cuda
