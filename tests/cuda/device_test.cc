@@ -46,6 +46,14 @@ TEST(CudaDevice, TransfersRoundTripEveryDtype) {
               ::testing::HasSubstr("cuda:" + std::to_string(n) + " does not exist"));
 }
 
+// Transfers of the undefined (none) Array say so, with or without a GPU.
+TEST(CudaDevice, TransfersOfAnUndefinedArray) {
+  EXPECT_THAT(test_support::error_message([] { (void)to_host(Array()); }),
+              ::testing::HasSubstr("to_host: the array is undefined (none)"));
+  EXPECT_THAT(test_support::error_message([] { (void)to_device(Array(), Device{Device::cuda, 0}); }),
+              ::testing::HasSubstr("to_device: the array is undefined (none)"));
+}
+
 TEST(CudaDevice, DeviceResidentCallsKeepOutputsOnTheDevice) {
   PL_REQUIRE_GPU();
   auto add = pl::pallas_call([](pl::Ref x, pl::Ref y, pl::Ref o) { o[pl::all] = x[pl::all] + y[pl::all]; },

@@ -87,13 +87,16 @@ TEST(CudaMemory, AtomicsAcrossPrograms) {
       pl::atomic_add(acc, pl::idx(0), jnp::sum(v, 0));  // a scalar atomic: one thread updates
     };
     Array x = is_float(t) ? uniform(4, {16, 24}, t, -8, 8) : uniform(4, {16, 24}, i32, 0, 100).astype(t);
-    Array zero = pl::zeros({24}, t);
+    // Random starting values, so that the aliasing (and max/min against what is there) matters.
+    auto start = [&](uint64_t seed) {
+      return is_float(t) ? uniform(seed, {24}, t, -8, 8) : uniform(seed, {24}, i32, 0, 100).astype(t);
+    };
     auto spec = pl::BlockSpec({pl::None, 24}, [](pl::Index i) { return pl::idx(i, 0); });
     auto whole = pl::BlockSpec({24}, [](pl::Index) { return pl::idx(0); });
     check_kernel(kernel, {ShapeDtype({24}, t), ShapeDtype({24}, t), ShapeDtype({24}, t)},
                  {.grid = {16}, .in_specs = {spec, whole, whole, whole}, .out_specs = {whole, whole, whole},
                   .input_output_aliases = {{1, 0}, {2, 1}, {3, 2}}},
-                 {x, zero, zero, zero}, t == f32 ? 1e-5 : -1);
+                 {x, start(5), start(6), start(7)}, t == f32 ? 1e-5 : -1);
   }
 }
 
