@@ -94,6 +94,7 @@ PL_INLINE void reduce_axis(const T* __restrict x, T* __restrict out, int64_t out
 }
 
 // argmax/argmin: the first index of the extreme value; a NaN wins at its first occurrence.
+// len > 0: the Builder rejects reductions of empty axes other than sums.
 template <bool kMax, class T>
 PL_INLINE void arg_reduce_axis(const T* __restrict x, int32_t* __restrict out, int64_t outer, int64_t len,
                                int64_t inner) {
@@ -113,7 +114,7 @@ PL_INLINE void arg_reduce_axis(const T* __restrict x, int32_t* __restrict out, i
           best = static_cast<int32_t>(k);
         }
       }
-      out[o * inner + i] = len > 0 ? best : 0;
+      out[o * inner + i] = best;
     }
   }
 }

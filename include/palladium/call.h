@@ -38,9 +38,13 @@ struct CallOptions {
 namespace detail {
 
 // A kernel callable, erased to one signature: it receives the refs of the inputs then the outputs.
+// An arity mask with every bit set: a callable that takes any number of arguments (a kernel over a
+// pl::Refs span, an index_map that ignores the grid).
+inline constexpr uint32_t kAnyArity = ~0u;
+
 struct KernelFn {
   std::function<void(Refs)> fn;
-  uint32_t arity_mask = 0;  // bit n: takes n Refs; all bits: takes a pl::Refs span
+  uint32_t arity_mask = 0;  // bit n: takes n Refs; kAnyArity: takes a pl::Refs span
 };
 inline constexpr int kMaxRefs = 24;
 
@@ -52,7 +56,7 @@ template <class F, size_t N> constexpr bool invocable_with_refs() {
 
 template <class F> KernelFn make_kernel_fn(F f) {
   if constexpr (std::is_invocable_v<F&, Refs>) {
-    return {[f = std::move(f)](Refs r) mutable { f(r); }, ~0u};
+    return {[f = std::move(f)](Refs r) mutable { f(r); }, kAnyArity};
   } else {
     uint32_t mask = []<size_t... N>(std::index_sequence<N...>) {
       return ((invocable_with_refs<F, N>() ? (1u << N) : 0u) | ...);

@@ -79,5 +79,7 @@ template <> constexpr DType dtype_of<double>() { return DType::float64; }
 using Shape = std::vector<int64_t>;
 int64_t numel(const Shape& s);
 std::string shape_str(const Shape& s);  // "(8, 4)", "()" for a scalar, "(8,)" for rank 1
+// Element strides of a row-major array of this shape: (12, 4, 1) for (2, 3, 4).
+std::vector<int64_t> row_major_strides(const Shape& s);
 
 }  // namespace palladium

@@ -62,7 +62,8 @@ class Value {
   Value min(std::optional<int64_t> axis = std::nullopt) const;
   Value argmax(std::optional<int64_t> axis = std::nullopt) const;
   Value argmin(std::optional<int64_t> axis = std::nullopt) const;
-  // Static indexing of a tile: all (...), integers, static slices and newaxis (the x[:, None] idiom).
+  // Static indexing of a tile, for the layout idioms only: pl::all and full slices keep a
+  // dimension, pl::None inserts one (x[:, None]); load other selections from the Ref instead.
   template <class... A> Value operator()(const A&... args) const;
   Value index(const std::vector<IndexArg>& args) const;
 

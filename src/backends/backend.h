@@ -30,6 +30,10 @@ class Backend {
   virtual const char* name() const = 0;
   // Why the backend cannot run here ("" when it can).
   virtual std::string unavailable_reason() const { return ""; }
+  // True when its executables read and write host memory: pallas_call then hands them host copies
+  // of device inputs and returns host arrays. False when they take arrays where they are, as the
+  // cuda backend does.
+  virtual bool runs_on_host() const = 0;
   virtual std::unique_ptr<Executable> compile(const ir::Kernel& kernel, const CompileOptions& options) = 0;
 };
 

@@ -281,12 +281,6 @@ std::string scalar_str(const Array& a) {
   return out + "e" + (p.exp_negative ? "-" : "+") + p.exponent;
 }
 
-std::vector<int64_t> row_major_strides(const Shape& shape) {
-  std::vector<int64_t> strides(shape.size(), 1);
-  for (size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * shape[i];
-  return strides;
-}
-
 // Flat indices of the elements that are printed: all of them, or with summarisation only the first
 // and last kEdgeItems along each long axis.
 void collect_shown(const Shape& shape, const std::vector<int64_t>& strides, bool summarize, size_t axis,

@@ -1,5 +1,4 @@
 // pallas_call: describe, trace once per input signature, compile for a backend, cache, run.
-#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -13,9 +12,8 @@ namespace palladium::detail {
 
 struct CallImpl::Cache {
   struct Entry {
-    ir::Kernel kernel;
-    std::string backend;
     std::unique_ptr<backend::Executable> exe;
+    bool runs_on_host = false;  // the backend reads inputs through host pointers
     std::vector<ShapeDtype> outputs;
     std::vector<std::pair<int, int>> aliases;
   };
@@ -27,6 +25,17 @@ struct CallImpl::Cache {
 namespace {
 
 std::string label(bool is_output, size_t i) { return (is_output ? "out_specs[" : "in_specs[") + std::to_string(i) + "]"; }
+
+// Whether a callable of this arity mask accepts n arguments (kAnyArity accepts any number).
+bool accepts(uint32_t arity_mask, size_t n) { return arity_mask == kAnyArity || (n < 32 && (arity_mask & (1u << n))); }
+
+// The argument counts a mask accepts, as "1 or 3", or `none` if it accepts no count.
+std::string arity_list(uint32_t arity_mask, const std::string& none) {
+  std::string takes;
+  for (int n = 0; n < 32; ++n)
+    if (arity_mask & (1u << n)) takes += (takes.empty() ? "" : " or ") + std::to_string(n);
+  return takes.empty() ? none : takes;
+}
 
 void add_ref(ir::Kernel& kernel, ir::Builder& b, const std::vector<Value>& pids, bool is_output, size_t operand,
              const ShapeDtype& sd, const BlockSpec& spec, std::vector<Ref>& refs) {
@@ -51,15 +60,9 @@ void add_ref(ir::Kernel& kernel, ir::Builder& b, const std::vector<Value>& pids,
     p.squeezed.push_back(block[d].squeezed);
     if (!block[d].squeezed) p.ref_shape.push_back(block[d].size);
   }
-  const size_t rank = pids.size();
-  const bool any_rank = spec.arity_mask() == ~0u;
-  if (!any_rank && (rank >= 32 || !(spec.arity_mask() & (1u << rank)))) {
-    std::string takes;
-    for (int n = 0; n < 32; ++n)
-      if (spec.arity_mask() & (1u << n)) takes += (takes.empty() ? "" : " or ") + std::to_string(n);
-    fail("index_map takes " + (takes.empty() ? std::string("no valid number of") : takes) +
-         " grid indices but the grid " + shape_str(kernel.grid) + " has rank " + std::to_string(rank));
-  }
+  if (!accepts(spec.arity_mask(), pids.size()))
+    fail("index_map takes " + arity_list(spec.arity_mask(), "no valid number of") + " grid indices but the grid " +
+         shape_str(kernel.grid) + " has rank " + std::to_string(pids.size()));
   Indexer idx = spec.index_map()(pids);
   if (idx.args.size() != shape.size())
     fail("index_map returned " + std::to_string(idx.args.size()) + " block indices for an array of rank " +
@@ -94,15 +97,10 @@ ir::Kernel trace_kernel(const CallImpl& call, const CallDesc& d) {
   for (size_t o = 0; o < d.outputs.size(); ++o) add_ref(kernel, b, pids, true, o, d.outputs[o], d.out_specs[o], refs);
 
   const KernelFn& fn = call.base().kernel;
-  const bool takes_span = fn.arity_mask == ~0u;
-  if (!takes_span && (refs.size() > static_cast<size_t>(kMaxRefs) || !(fn.arity_mask & (1u << refs.size())))) {
-    std::string takes;
-    for (int n = 0; n <= kMaxRefs; ++n)
-      if (fn.arity_mask & (1u << n)) takes += (takes.empty() ? "" : " or ") + std::to_string(n);
-    b.fail("call", "the kernel takes " + (takes.empty() ? std::string("an unsupported number of") : takes) +
+  if (!accepts(fn.arity_mask, refs.size()))
+    b.fail("call", "the kernel takes " + arity_list(fn.arity_mask, "an unsupported number of") +
                        " Refs but the call passes " + std::to_string(refs.size()) + " (" +
                        std::to_string(d.inputs.size()) + " inputs + " + std::to_string(d.outputs.size()) + " outputs)");
-  }
   fn.fn(Refs(refs));
   b.finish();
   ir::verify(kernel);
@@ -147,13 +145,13 @@ std::shared_ptr<CallImpl::Cache::Entry> entry_for(const CallImpl& call, const In
     throw Error("pallas_call '" + call.name() + "': backend '" + backend_name + "' is unavailable: " + why);
   auto e = std::make_shared<CallImpl::Cache::Entry>();
   CallDesc d = describe(call, in);
-  e->kernel = trace_kernel(call, d);
+  const ir::Kernel kernel = trace_kernel(call, d);
   ++cache.traces;
   e->outputs = d.outputs;
   e->aliases = d.aliases;
-  e->backend = backend_name;
-  if (o.debug) std::cout << "--- pallas_call '" << d.name << "' IR (" << backend_name << ") ---\n" << ir::print(e->kernel);
-  e->exe = be->compile(e->kernel, {o.debug, o.compiler_params});
+  if (o.debug) std::cout << "--- pallas_call '" << d.name << "' IR (" << backend_name << ") ---\n" << ir::print(kernel);
+  e->exe = be->compile(kernel, {o.debug, o.compiler_params});
+  e->runs_on_host = be->runs_on_host();
   cache.entries[key] = e;
   return e;
 }
@@ -177,8 +175,13 @@ std::shared_ptr<CallImpl> make_vmap(std::shared_ptr<CallImpl> inner, std::vector
   return c;
 }
 
-std::vector<Array> invoke(const CallImpl& call, const std::vector<Array>& inputs) {
-  auto e = entry_for(call, types_of(inputs));
+std::vector<Array> invoke(const CallImpl& call, const std::vector<Array>& given) {
+  auto e = entry_for(call, types_of(given));
+  // A backend that runs on the host reads device inputs from host copies; its results are host arrays.
+  std::vector<Array> inputs = given;
+  if (e->runs_on_host)
+    for (Array& a : inputs)
+      if (a.defined() && a.device().kind != Device::cpu) a = to_host(a);
   std::vector<Array> outputs;
   for (const ShapeDtype& s : e->outputs) outputs.emplace_back(s.shape, s.dtype);
   for (auto [in, out] : e->aliases) {

@@ -261,6 +261,12 @@ int64_t numel(const Shape& s) {
   return n;
 }
 
+std::vector<int64_t> row_major_strides(const Shape& s) {
+  std::vector<int64_t> strides(s.size(), 1);
+  for (size_t d = s.size(); d-- > 1;) strides[d - 1] = strides[d] * s[d];
+  return strides;
+}
+
 std::string shape_str(const Shape& s) {
   std::string out = "(";
   for (size_t i = 0; i < s.size(); ++i) {

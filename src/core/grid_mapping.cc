@@ -5,8 +5,6 @@
 namespace palladium::detail {
 namespace {
 
-constexpr uint32_t kAnyArity = ~0u;
-
 BlockSpec whole_block(const Shape& shape) {
   std::vector<BlockDim> dims(shape.begin(), shape.end());
   const size_t rank = shape.size();

@@ -21,12 +21,6 @@ void check_host(const char* op, const Array& a) {
            "; these reference ops run on host arrays");
 }
 
-std::vector<int64_t> row_major_strides(const Shape& shape) {
-  std::vector<int64_t> strides(shape.size(), 1);
-  for (size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * shape[i];
-  return strides;
-}
-
 int64_t normalize_axis(const char* op, int64_t axis, int64_t rank) {
   PL_CHECK(axis >= -rank && axis < rank, op, ": axis ", axis, " is out of range for rank ", rank);
   return axis < 0 ? axis + rank : axis;

@@ -290,6 +290,14 @@ Type Builder::ref_access_type(const std::string& op, int ref, const std::vector<
   return {p.dtype, out};
 }
 
+void Builder::check_writable(const std::string& op, int ref) const {
+  const RefParam& p = kernel_.refs[static_cast<size_t>(ref)];
+  if (!p.is_output)
+    fail(op, "writes to input ref " + p.name +
+                 "; inputs are read-only (to update an array in place, alias it to an output with "
+                 "input_output_aliases and write the output's ref)");
+}
+
 void Builder::check_mask(const std::string& op, ValueId mask, const Shape& shape) const {
   if (mask < 0) return;
   const Type& t = type(mask);
@@ -314,6 +322,7 @@ ValueId Builder::load(int ref, std::vector<IndexEntry> index, std::vector<ValueI
 void Builder::store(int ref, std::vector<IndexEntry> index, std::vector<ValueId> starts, ValueId value,
                     ValueId mask) {
   Type t = ref_access_type("store", ref, index, starts);
+  check_writable("store", ref);
   if (type(value) != t)
     fail("store", "value " + type_str(type(value)) + " does not match the indexed ref slot " + type_str(t));
   check_mask("store", mask, t.shape);
@@ -326,6 +335,7 @@ void Builder::store(int ref, std::vector<IndexEntry> index, std::vector<ValueId>
 ValueId Builder::atomic(Op op, int ref, std::vector<IndexEntry> index, std::vector<ValueId> starts, ValueId value,
                         ValueId mask) {
   Type t = ref_access_type(op_name(op), ref, index, starts);
+  check_writable(op_name(op), ref);
   if (type(value) != t)
     fail(op_name(op), "value " + type_str(type(value)) + " does not match the indexed ref slot " + type_str(t));
   if (is_bool(t.dtype) || t.dtype == DType::float16 || t.dtype == DType::bfloat16 || itemsize(t.dtype) < 4)

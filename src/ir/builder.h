@@ -65,6 +65,8 @@ class Builder {
   Inst& emit(Inst inst);
   Type ref_access_type(const std::string& op, int ref, const std::vector<IndexEntry>& index,
                        const std::vector<ValueId>& starts) const;
+  // Throws unless ref (already range-checked) is an output: stores and atomics never write inputs.
+  void check_writable(const std::string& op, int ref) const;
   void check_mask(const std::string& op, ValueId mask, const Shape& shape) const;
 
   Kernel& kernel_;

@@ -202,7 +202,9 @@ class Verifier {
     }
     if (op_family(in.op) == Family::Memory) {
       check(in.i0 >= 0 && static_cast<size_t>(in.i0) < k_.refs.size(), "memory op ref index");
-      check(in.index.size() == k_.refs[static_cast<size_t>(in.i0)].ref_shape.size(), "memory op index rank");
+      const RefParam& ref = k_.refs[static_cast<size_t>(in.i0)];
+      check(in.index.size() == ref.ref_shape.size(), "memory op index rank");
+      check(in.op == Op::Load || ref.is_output, std::string(op_name(in.op)) + " writes input ref " + ref.name);
     }
     for (ValueId r : in.results) define(r);
   }

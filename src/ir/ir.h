@@ -9,6 +9,7 @@
 //    body from program ids (the traced index_map). Squeezed dimensions have block size 1 and are
 //    absent from the kernel-visible ref shape; their index is the origin itself.
 //  - Block elements past the array's end are padding: loads there yield poison, stores are dropped.
+//  - Stores and atomics write output refs only; inputs are read-only.
 #pragma once
 #include <cstdint>
 #include <string>

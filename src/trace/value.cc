@@ -1,5 +1,4 @@
 // Value: literals, arithmetic with NumPy broadcasting and JAX promotion, layout methods.
-#include <algorithm>
 
 #include "palladium/lang.h"
 #include "palladium/value.h"

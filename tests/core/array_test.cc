@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <sstream>
 
-#include "core_test_util.h"
 #include "palladium/array.h"
+#include "tests/support/test_support.h"
 
 namespace palladium {
 namespace {
@@ -14,7 +14,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using testing_util::error_message;
+using test_support::error_message;
 
 TEST(Device, Str) {
   EXPECT_EQ(Device{}.str(), "cpu");

@@ -6,14 +6,14 @@
 #include <cmath>
 #include <limits>
 
-#include "core_test_util.h"
 #include "palladium/dtype.h"
+#include "tests/support/test_support.h"
 
 namespace palladium {
 namespace {
 
 using ::testing::HasSubstr;
-using testing_util::error_message;
+using test_support::error_message;
 
 TEST(DType, NamesAndSizes) {
   EXPECT_STREQ(dtype_name(bf16), "bfloat16");
@@ -41,6 +41,10 @@ TEST(DType, ShapeHelpers) {
   EXPECT_EQ(numel({3, 0, 2}), 0);
   EXPECT_EQ(numel({2, 3, 4}), 24);
   EXPECT_THAT(error_message([] { numel({2, -1}); }), HasSubstr("negative dimension in shape (2, -1)"));
+  EXPECT_EQ(row_major_strides({2, 3, 4}), (std::vector<int64_t>{12, 4, 1}));
+  EXPECT_EQ(row_major_strides({5}), (std::vector<int64_t>{1}));
+  EXPECT_EQ(row_major_strides({}), (std::vector<int64_t>{}));
+  EXPECT_EQ(row_major_strides({3, 0, 2}), (std::vector<int64_t>{0, 2, 1}));
 }
 
 TEST(Float16, KnownBitPatterns) {

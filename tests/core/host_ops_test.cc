@@ -5,8 +5,8 @@
 #include <cmath>
 #include <limits>
 
-#include "core_test_util.h"
 #include "palladium/host_ops.h"
+#include "tests/support/test_support.h"
 
 namespace palladium {
 namespace {
@@ -14,7 +14,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using testing_util::error_message;
+using test_support::error_message;
 
 TEST(HostOps, ElementwiseWithBroadcasting) {
   Array a = arange(6, f32).reshape({2, 3});

@@ -8,9 +8,9 @@
 #include <fstream>
 #include <iterator>
 
-#include "core_test_util.h"
 #include "palladium/npy.h"
 #include "palladium/random.h"
+#include "tests/support/test_support.h"
 
 namespace palladium {
 namespace {
@@ -18,7 +18,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using testing_util::error_message;
+using test_support::error_message;
 
 std::string fixture(const std::string& name) { return std::string(PL_SOURCE_DIR) + "/tests/core/data/" + name; }
 

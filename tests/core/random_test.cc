@@ -7,15 +7,15 @@
 #include <cmath>
 #include <set>
 
-#include "core_test_util.h"
 #include "palladium/random.h"
+#include "tests/support/test_support.h"
 
 namespace palladium {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using testing_util::error_message;
+using test_support::error_message;
 namespace rnd = palladium::random;
 
 double mean(const std::vector<double>& v) {

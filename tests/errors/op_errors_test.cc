@@ -155,6 +155,33 @@ TEST(OpErrors, AtomicsTakeOnly32And64BitRefs) {
               AllOf(HasSubstr("pallas_call 'atomic_f16'"), HasSubstr("op 'atomic_max'"), HasSubstr("does not take float16 refs")));
 }
 
+// Writes into input refs are refused while tracing, on every backend, even where they would never
+// run: here under a cond whose predicate (program_id(0) > 0 on a grid of one) is always false.
+TEST(OpErrors, StoresAndAtomicsIntoInputRefs) {
+  auto never = [](Ref x, Ref o) {
+    o[pl::all] = x[pl::all];
+    pl::when(pl::program_id(0) > 0, [&] { x[pl::all] = Value(x[pl::all]) + 1.0f; });
+  };
+  const std::string store_message = error_message([&] {
+    pallas_call(never, ShapeDtype({8}, f32), {.grid = {1}, .name = "store_input"}).lower({ShapeDtype({8}, f32)});
+  });
+  EXPECT_EQ(store_message,
+            "pallas_call 'store_input', op 'store': writes to input ref x0; inputs are read-only (to update an array "
+            "in place, alias it to an output with input_output_aliases and write the output's ref)");
+  for (const std::string& backend : pl::available_backends()) {
+    auto f = pallas_call(never, ShapeDtype({8}, f32), {.grid = {1}, .name = "store_input", .backend = backend});
+    EXPECT_EQ(error_message([&] { f(kX8); }), store_message) << backend;
+  }
+  EXPECT_THAT(error_message([&] {
+                run_kernel([](Ref x, Ref o) {
+                  o[pl::all] = x[pl::all];
+                  pl::atomic_add(x, pl::idx(pl::all), Value(o[pl::all]));
+                }, ShapeDtype({8}, f32), {.name = "atomic_input"}, kX8);
+              }),
+              AllOf(HasSubstr("pallas_call 'atomic_input', op 'atomic_add': writes to input ref x0; inputs are read-only"),
+                    Not(HasSubstr("program ("))));
+}
+
 TEST(OpErrors, MaskMustBeBoolOfTheSelectionsShape) {
   EXPECT_THAT(error_message([] {
                 run_kernel([](Ref x, Ref o) { o[pl::all] = pl::load(x, pl::idx(pl::all), Value(x[pl::all]), Value(0.0f)); },

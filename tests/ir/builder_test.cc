@@ -27,9 +27,10 @@ class BuilderTest : public ::testing::Test {
   Type type(ValueId v) const { return k.type(v); }
   ValueId c(DType t, Shape s) { return b.constant(t, std::move(s), 1.0); }
   // Adds a ref parameter (an input of `block` shape, no squeezed dimensions) and returns its index.
-  int ref(DType t, Shape block) {
+  int ref(DType t, Shape block, bool is_output = false) {
     RefParam p;
     p.name = "x" + std::to_string(k.refs.size());
+    p.is_output = is_output;
     p.dtype = t;
     p.array_shape = block;
     p.block_shape = block;
@@ -151,7 +152,7 @@ TEST_F(BuilderTest, DotRules) {
 }
 
 TEST_F(BuilderTest, MemoryRules) {
-  const int x = ref(f32, {8, 16}), small = ref(i8, {4});
+  const int x = ref(f32, {8, 16}, true), small = ref(i8, {4}, true), input = ref(f32, {4});
   // A slice keeps its size, a scalar index drops the dimension.
   ValueId v = b.load(x, {IndexEntry{false, 4, 2}, IndexEntry{false, 16, 1}}, zeros(2), -1, -1);
   EXPECT_EQ(type(v), (Type{f32, {4, 16}}));
@@ -177,6 +178,13 @@ TEST_F(BuilderTest, MemoryRules) {
   EXPECT_THAT(error_message([&] { b.atomic(Op::AtomicMax, small, {IndexEntry{false, 4, 1}}, zeros(1), c(i8, {4}), -1); }),
               AllOf(HasSubstr("op 'atomic_max'"), HasSubstr("does not take int8 refs")));
   EXPECT_THAT(error_message([&] { b.load(7, {}, {}, -1, -1); }), AllOf(HasSubstr("op 'load'"), HasSubstr("refers to no ref parameter")));
+  // Inputs are read-only.
+  const ValueId four = c(f32, {4});
+  EXPECT_EQ(type(b.load(input, {IndexEntry{false, 4, 1}}, zeros(1), -1, -1)), (Type{f32, {4}}));
+  EXPECT_THAT(error_message([&] { b.store(input, {IndexEntry{false, 4, 1}}, zeros(1), four, -1); }),
+              HasSubstr("pallas_call 'rules', op 'store': writes to input ref x2; inputs are read-only"));
+  EXPECT_THAT(error_message([&] { b.atomic(Op::AtomicMin, input, {IndexEntry{false, 4, 1}}, zeros(1), four, -1); }),
+              HasSubstr("pallas_call 'rules', op 'atomic_min': writes to input ref x2; inputs are read-only"));
 }
 
 TEST_F(BuilderTest, RegionsAndVisibility) {

@@ -4,11 +4,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <exception>
 #include <string>
 
 #include "ir/ir.h"
 #include "palladium/error.h"
+#include "tests/support/test_support.h"
 
 namespace palladium::ir {
 namespace {
@@ -17,18 +17,7 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 // The message of the InternalError that verify throws, or a marker saying what happened instead.
-std::string verify_error(const Kernel& k) {
-  try {
-    verify(k);
-  } catch (const InternalError& e) {
-    return e.what();
-  } catch (const Error& e) {
-    return std::string("<user Error instead of InternalError: ") + e.what() + ">";
-  } catch (const std::exception& e) {
-    return std::string("<other exception instead of InternalError: ") + e.what() + ">";
-  }
-  return "<verified>";
-}
+std::string verify_error(const Kernel& k) { return test_support::error_message<InternalError>([&] { verify(k); }); }
 
 // A kernel under construction by hand: values get types in order, instructions are appended.
 struct Hand {
@@ -64,10 +53,10 @@ TEST(Verifier, WellFormedKernelPasses) {
   Hand h;
   ValueId a = h.value({f32, {4}}), b = h.value({f32, {4}}), c = h.value({f32, {4}});
   h.k.body.body = {Hand::constant(a), Hand::constant(b), Hand::binary(Op::Add, c, a, b)};
-  EXPECT_EQ(verify_error(h.k), "<verified>");
+  EXPECT_EQ(verify_error(h.k), "<no InternalError thrown>");
   Hand loop;
   loop.for_loop([](ValueId, ValueId carry) { return std::vector<ValueId>{carry}; });
-  EXPECT_EQ(verify_error(loop.k), "<verified>");
+  EXPECT_EQ(verify_error(loop.k), "<no InternalError thrown>");
 }
 
 TEST(Verifier, UseBeforeDefinition) {
@@ -150,7 +139,7 @@ TEST(Verifier, RefsAndMemoryOps) {
   h.k.num_inputs = 1;
   Inst load{.op = Op::Load, .results = {v}, .operands = {start}, .i0 = 0, .index = {IndexEntry{false, 4, 1}}};
   h.k.body.body = {Hand::constant(o0), Hand::constant(start), load};
-  EXPECT_EQ(verify_error(h.k), "<verified>");
+  EXPECT_EQ(verify_error(h.k), "<no InternalError thrown>");
   h.k.body.body[2].index.push_back(IndexEntry{true, 1, 1});
   EXPECT_THAT(verify_error(h.k), HasSubstr("memory op index rank"));
   h.k.body.body[2] = load;
@@ -159,6 +148,9 @@ TEST(Verifier, RefsAndMemoryOps) {
   h.k.refs[0].origin = {o0};
   h.k.refs[0].squeezed = {false, true};
   EXPECT_THAT(verify_error(h.k), HasSubstr("ref x0 block rank"));
+  h.k.refs[0].squeezed = {false};
+  h.k.body.body.push_back(Inst{.op = Op::Store, .operands = {start, v}, .i0 = 0, .index = {IndexEntry{false, 4, 1}}});
+  EXPECT_THAT(verify_error(h.k), HasSubstr("store writes input ref x0"));
 }
 
 // The verifier's own report must not fail on the broken IR it reports.

@@ -234,19 +234,6 @@ TEST(InterpreterChecks, BlockEntirelyOutsideTheArray) {
                     HasSubstr("ref x0"), HasSubstr("element 12 of dimension 0"), HasSubstr("outside the array of shape (10,)")));
 }
 
-TEST(InterpreterChecks, WriteToAnInputRef) {
-  Rng rng;
-  Array x = rng.normal({4});
-  auto f = pallas_call(
-      [](Ref x_ref, Ref o_ref) {
-        o_ref[pl::all] = x_ref[pl::all];
-        x_ref[pl::all] = Value(x_ref[pl::all]) + 1.0f;
-      },
-      ShapeDtype({4}, f32), interp({.name = "write_input"}));
-  EXPECT_THAT(error_message([&] { f(x); }),
-              AllOf(HasSubstr("pallas_call 'write_input'"), HasSubstr("op 'store'"), HasSubstr("writes to input ref x0")));
-}
-
 // After a run-time error the callable (and the interpreter) still work.
 TEST(InterpreterChecks, ErrorLeavesCallableUsable) {
   Rng rng;

@@ -4,24 +4,36 @@
 #include <exception>
 #include <optional>
 #include <string>
+#include <type_traits>
+#include <typeinfo>
 
 #include "palladium/error.h"
 
 namespace palladium::test_support {
 
-// The message of the palladium::Error that fn throws; otherwise a marker naming what happened
-// (no exception, an InternalError, another exception type), so a failing check says which.
-template <class Fn> std::string error_message(Fn&& fn) {
+// How error_message's markers name an expected exception type.
+template <class E> const char* exception_name() {
+  if constexpr (std::is_same_v<E, Error>) return "palladium::Error";
+  else if constexpr (std::is_same_v<E, InternalError>) return "InternalError";
+  else return typeid(E).name();
+}
+
+// The message of the exception of type E (by default palladium::Error) that fn throws; otherwise a
+// marker naming what happened ("<no palladium::Error thrown>", "<InternalError instead of
+// palladium::Error: ...>", "<other exception instead of ...>"), so a failing check says which.
+template <class E = Error, class Fn> std::string error_message(Fn&& fn) {
+  const std::string expected = exception_name<E>();
   try {
     fn();
-  } catch (const Error& e) {
+  } catch (const E& e) {
     return e.what();
-  } catch (const InternalError& e) {
-    return std::string("<InternalError instead of palladium::Error: ") + e.what() + ">";
   } catch (const std::exception& e) {
-    return std::string("<other exception instead of palladium::Error: ") + e.what() + ">";
+    const char* thrown = dynamic_cast<const Error*>(&e)           ? "palladium::Error"
+                         : dynamic_cast<const InternalError*>(&e) ? "InternalError"
+                                                                  : "other exception";
+    return std::string("<") + thrown + " instead of " + expected + ": " + e.what() + ">";
   }
-  return "<no palladium::Error thrown>";
+  return "<no " + expected + " thrown>";
 }
 
 // Sets an environment variable for the scope of a test, restoring the old value after.

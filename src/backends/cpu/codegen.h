@@ -22,7 +22,7 @@ struct GeneratedKernel {
   std::vector<PrintSite> prints;
 };
 
-// Throws Error for kernels the backend cannot run (a store into an input ref).
+// The C++ translation unit of a kernel (the Builder has already rejected stores into input refs).
 GeneratedKernel generate(const ir::Kernel& kernel);
 
 }  // namespace palladium::cpu

@@ -11,7 +11,6 @@
 #include <cstring>
 #include <iostream>
 #include <mutex>
-#include <sstream>
 
 #include "backends/common/debug_print.h"
 #include "backends/cpu/codegen.h"
@@ -70,8 +69,6 @@ class CpuExecutable final : public backend::Executable {
       const ir::RefParam& p = kernel_.refs[i];
       const Array& a = p.is_output ? outputs.at(static_cast<size_t>(p.operand)) : inputs.at(static_cast<size_t>(p.operand));
       PL_ASSERT(a.defined() && a.shape() == p.array_shape && a.dtype() == p.dtype, "operand type differs from the traced type");
-      PL_CHECK(a.device().kind == Device::cpu, "pallas_call '", kernel_.name, "': the cpu backend needs host arrays, but ",
-               p.name, " is on ", a.device().str());
       refs[i] = const_cast<void*>(a.data());
     }
     ThreadPool& pool = ThreadPool::instance();
@@ -99,6 +96,7 @@ class CpuExecutable final : public backend::Executable {
 class CpuBackend final : public backend::Backend {
  public:
   const char* name() const override { return "cpu"; }
+  bool runs_on_host() const override { return true; }
   std::string unavailable_reason() const override { return find_host_compiler().why_not; }
   std::unique_ptr<backend::Executable> compile(const ir::Kernel& kernel, const backend::CompileOptions& options) override {
     GeneratedKernel generated = generate(kernel);

@@ -207,11 +207,9 @@ void Emitter::emit_group(const FusionGroup& g) {
       } else {
         // Source dimension d follows result dimension ints[d] unless it has size 1.
         std::string index = "0";
-        int64_t stride = 1;
-        for (size_t d = ss.size(); d-- > 0;) {
-          if (ss[d] != 1) index += " + i" + std::to_string(m->ints[d]) + " * " + std::to_string(stride);
-          stride *= ss[d];
-        }
+        const std::vector<int64_t> strides = row_major_strides(ss);
+        for (size_t d = 0; d < ss.size(); ++d)
+          if (ss[d] != 1) index += " + i" + std::to_string(m->ints[d]) + " * " + std::to_string(strides[d]);
         expr = name(src) + "[" + index + "]";
       }
     } else {

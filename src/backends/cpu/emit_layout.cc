@@ -60,8 +60,7 @@ void Emitter::emit_transpose(const ir::Inst& in) {
   const ir::ValueId src = in.operands[0], r = in.results[0];
   const Shape& in_shape = type(src).shape;
   const Shape& out_shape = type(r).shape;
-  std::vector<int64_t> in_strides(in_shape.size(), 1);
-  for (size_t d = in_shape.size(); d-- > 1;) in_strides[d - 1] = in_strides[d] * in_shape[d];
+  const std::vector<int64_t> in_strides = row_major_strides(in_shape);
   declare_tile(r);
   std::string dst = "0", from = "0";
   for (size_t d = 0; d < out_shape.size(); ++d) {
@@ -93,10 +92,8 @@ void Emitter::emit_reduce(const ir::Inst& in) {
          out + ", " + sizes + ");");
     return;
   }
-  if (a.len == 0) {  // the interpreter's empty reductions: 0, or -inf/+inf for float max/min
-    const bool inf = is_float(st) && in.op != ir::Op::ReduceSum;
-    line("pl_cpu::fill(" + out + ", " + std::to_string(n) + ", " +
-         (inf ? extreme(st, in.op == ir::Op::ReduceMin) : literal(st, 0, 0)) + ");");
+  if (a.len == 0) {  // an empty sum is 0 (the Builder rejects empty max/min/argmax/argmin axes)
+    line("pl_cpu::fill(" + out + ", " + std::to_string(n) + ", " + literal(st, 0, 0) + ");");
     return;
   }
   const char* op = in.op == ir::Op::ReduceSum ? "SumOp" : in.op == ir::Op::ReduceMax ? "MaxOp" : "MinOp";

@@ -19,8 +19,7 @@ struct Emitter::Access {
 
 Emitter::Access Emitter::plan_access(const ir::Inst& in) {
   const ir::RefParam& p = kernel_.refs[static_cast<size_t>(in.i0)];
-  std::vector<int64_t> strides(p.array_shape.size(), 1);
-  for (size_t d = strides.size(); d-- > 1;) strides[d - 1] = strides[d] * p.array_shape[d];
+  const std::vector<int64_t> strides = row_major_strides(p.array_shape);
   Access a;
   a.prefix = fresh("a");
   std::string offset = "0", ok = "true";

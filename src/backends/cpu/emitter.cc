@@ -4,8 +4,6 @@
 
 #include <algorithm>
 
-#include "palladium/error.h"
-
 namespace palladium::cpu {
 
 namespace {
@@ -239,18 +237,11 @@ void Emitter::emit_inst(const ir::Inst& in) {
 // The translation unit
 
 GeneratedKernel Emitter::run() {
-  // Index definitions, parents and loop-carry arguments; refuse writes into inputs up front
-  // (the interpreter raises them when executed; compiled code would corrupt the caller's array).
+  // Index definitions, parents and loop-carry arguments.
   auto index = [&](auto& self, const ir::Region& r) -> void {
     for (const ir::Inst& in : r.body) {
       parent_[&in] = &r;
       for (ir::ValueId v : in.results) def_[static_cast<size_t>(v)] = &in;
-      if (ir::op_family(in.op) == ir::Family::Memory && in.op != ir::Op::Load) {
-        const ir::RefParam& p = kernel_.refs[static_cast<size_t>(in.i0)];
-        if (!p.is_output)
-          throw Error("pallas_call '" + kernel_.name + "', op '" + ir::op_name(in.op) + "': writes to input ref " +
-                      p.name + " (inputs are read-only unless aliased to an output)");
-      }
       if (in.op == ir::Op::For) {
         for (size_t a = 1; a < in.regions[0].args.size(); ++a) carry_args_[in.regions[0].args[a]] = {&in.regions[0], a - 1};
       } else if (in.op == ir::Op::While) {
@@ -261,7 +252,7 @@ GeneratedKernel Emitter::run() {
   };
   index(index, kernel_.body);
   mark_live(kernel_.body);
-  // Block origins are computed at the top of the body and are only ever scalars.
+  // Dot plans, fusion groups, and whether each other live value is a scalar or a tile.
   plan_region(kernel_.body);
 
   indent_ = 1;

@@ -371,6 +371,7 @@ class CudaExecutable final : public backend::Executable {
 class CudaBackend final : public backend::Backend {
  public:
   const char* name() const override { return "cuda"; }
+  bool runs_on_host() const override { return false; }  // places host inputs on the device itself
   std::string unavailable_reason() const override {
     std::string why = compile_only_target() ? "" : cuda::unavailable_reason();
     if (why.empty()) why = nvrtc_unavailable_reason();

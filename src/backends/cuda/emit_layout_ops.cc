@@ -8,15 +8,9 @@
 namespace palladium::cuda {
 namespace {
 
-std::vector<int64_t> strides_of(const Shape& s) {
-  std::vector<int64_t> st(s.size(), 1);
-  for (size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * s[d];
-  return st;
-}
-
 // sum_i coord[i] * stride[i] as C++ text, skipping zero terms.
 std::string flat_index(const std::vector<std::string>& coord, const Shape& shape) {
-  const std::vector<int64_t> st = strides_of(shape);
+  const std::vector<int64_t> st = row_major_strides(shape);
   std::string out;
   for (size_t d = 0; d < coord.size(); ++d) {
     if (coord[d] == "0" || shape[d] == 1) continue;
@@ -234,7 +228,7 @@ void Emitter::emit_reduce(const ir::Inst& in) {
 
   // General: stage, then each result slot walks its row of the source along `axis`.
   const Shape& xs = type(x).shape;
-  const std::vector<int64_t> st = strides_of(xs);
+  const std::vector<int64_t> st = row_major_strides(xs);
   const bool from_registers = xl.registers();
   if (!from_registers) barrier();
   const std::string buf = stage_value(x);
@@ -270,7 +264,7 @@ void Emitter::emit_cumsum(const ir::Inst& in) {
   const Layout& rl = layout_of(r);
   const DType t = type(x).dtype;
   const Shape& xs = type(x).shape;
-  const std::vector<int64_t> st = strides_of(xs);
+  const std::vector<int64_t> st = row_major_strides(xs);
   const bool from_registers = layout_of(x).registers();
   if (!from_registers) barrier();
   const std::string buf = stage_value(x);

@@ -25,12 +25,6 @@ std::string to_memory(DType t, const std::string& reg) {
   }
 }
 
-std::vector<int64_t> strides_of(const Shape& s) {
-  std::vector<int64_t> st(s.size(), 1);
-  for (size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * s[d];
-  return st;
-}
-
 // Where one element of an access lands: per array dimension its global index expression,
 // the bounds condition and the flat offset. `coord(j)` gives the value's coordinate j.
 struct Address {
@@ -43,7 +37,7 @@ struct Address {
 
 static Address address_of(const Emitter& e, const ir::Inst& in, const std::function<std::string(size_t)>& coord) {
   const ir::RefParam& p = e.k_.refs.at(static_cast<size_t>(in.i0));
-  const std::vector<int64_t> astride = strides_of(p.array_shape);
+  const std::vector<int64_t> astride = row_major_strides(p.array_shape);
   const bool wide = numel(p.array_shape) > (int64_t{1} << 31) - 1;
   const std::string it = wide ? "long long" : "int";
   Address a;
@@ -148,7 +142,7 @@ void Emitter::emit_home_fill(const ir::Inst& in, const SmemTile& tile, const std
   // times its index stride).
   int64_t row_step = 0;
   {
-    const std::vector<int64_t> astride = strides_of(p.array_shape);
+    const std::vector<int64_t> astride = row_major_strides(p.array_shape);
     size_t rd = 0, vd = 0;
     for (size_t ad = 0; ad < p.array_shape.size(); ++ad) {
       if (p.squeezed[ad]) continue;

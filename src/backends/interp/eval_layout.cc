@@ -6,12 +6,6 @@
 namespace palladium::interp {
 namespace {
 
-std::vector<int64_t> strides_of(const Shape& s) {
-  std::vector<int64_t> st(s.size(), 1);
-  for (size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * s[d];
-  return st;
-}
-
 // out[k] = x[src[k]] for every element, carrying poison along.
 Tile gather(const Tile& x, const Shape& shape, const std::vector<int64_t>& src) {
   Tile r = Tile::make(x.dtype, shape);
@@ -45,7 +39,7 @@ std::vector<int64_t> walk(const Shape& shape, const std::vector<int64_t>& step) 
 }  // namespace
 
 Tile eval_broadcast(const Tile& x, const Shape& shape, const std::vector<int64_t>& dims) {
-  std::vector<int64_t> xs = strides_of(x.shape), step(shape.size(), 0);
+  std::vector<int64_t> xs = row_major_strides(x.shape), step(shape.size(), 0);
   for (size_t d = 0; d < dims.size(); ++d)
     if (x.shape[d] != 1) step[static_cast<size_t>(dims[d])] = xs[d];
   return gather(x, shape, walk(shape, step));
@@ -57,7 +51,7 @@ Tile eval_reshape(Tile x, const Shape& shape) {
 }
 
 Tile eval_transpose(const Tile& x, const std::vector<int64_t>& perm) {
-  std::vector<int64_t> xs = strides_of(x.shape), step(perm.size());
+  std::vector<int64_t> xs = row_major_strides(x.shape), step(perm.size());
   Shape out(perm.size());
   for (size_t d = 0; d < perm.size(); ++d) {
     out[d] = x.shape[static_cast<size_t>(perm[d])];

@@ -34,8 +34,7 @@ class Machine {
       Array& a = p.is_output ? outputs[static_cast<size_t>(p.operand)] : const_cast<Array&>(inputs[static_cast<size_t>(p.operand)]);
       PL_ASSERT(a.shape() == p.array_shape && a.dtype() == p.dtype, "operand type differs from the traced type");
       m.data = static_cast<char*>(a.data());
-      m.strides.assign(p.array_shape.size(), 1);
-      for (size_t d = p.array_shape.size(); d-- > 1;) m.strides[d - 1] = m.strides[d] * p.array_shape[d];
+      m.strides = row_major_strides(p.array_shape);
       for (size_t d = 0; d < p.squeezed.size(); ++d)
         if (!p.squeezed[d]) m.array_dim.push_back(d);
       if (p.is_output) {
@@ -53,7 +52,6 @@ class Machine {
 
   void run() {
     const int64_t total = numel(k_.grid);
-    program_.assign(k_.grid.size(), 0);
     for (linear_ = 0; linear_ < total; ++linear_) {
       program_ = backend::program_coordinates(linear_, k_.grid);
       region(k_.body);
@@ -259,7 +257,6 @@ class Machine {
       return;  // writes past the array's end are dropped
     }
     if (value->poisoned(e)) fail(in, "stores a value computed from poison (edge-block padding, or masked-off lanes of a load without `other`) into " + where());
-    if (!p.is_output) fail(in, "writes to input ref " + p.name + " (inputs are read-only unless aliased to an output)");
     int64_t& w = (*m.writer)[static_cast<size_t>(flat)];
     const bool atomic = in.op != ir::Op::Store;
     if (!atomic && w != -1 && w != linear_)
@@ -310,6 +307,7 @@ class InterpretedKernel final : public backend::Executable {
 class InterpreterBackend final : public backend::Backend {
  public:
   const char* name() const override { return "interpret"; }
+  bool runs_on_host() const override { return true; }
   std::unique_ptr<backend::Executable> compile(const ir::Kernel& k, const backend::CompileOptions&) override {
     return std::make_unique<InterpretedKernel>(k);
   }
