@@ -32,13 +32,22 @@ struct Storage {
   ~Storage();
 };
 
+namespace detail {
+struct Tracer;  // a value of a program being traced (src/program/trace.h)
+}
+
 class Array {
  public:
   Array() = default;                 // the "none" Array: no buffer (Pallas's None input)
   Array(Shape shape, DType dtype);   // uninitialised host allocation
   Array(Shape shape, DType dtype, std::shared_ptr<Storage> storage);
 
-  bool defined() const { return storage_ != nullptr; }
+  bool defined() const { return storage_ != nullptr || tracer_ != nullptr; }
+  // While a function is traced (jit, grad, vmap, ...), its Arrays are tracers: they have a shape
+  // and a dtype but no data; reading their data is an error naming the op (ConcretizationTypeError).
+  bool is_tracer() const { return tracer_ != nullptr; }
+  const std::shared_ptr<detail::Tracer>& tracer() const { return tracer_; }
+  static Array from_tracer(Shape shape, DType dtype, std::shared_ptr<detail::Tracer> tracer);
   explicit operator bool() const { return defined(); }
   const Shape& shape() const { return shape_; }
   DType dtype() const { return dtype_; }
@@ -80,6 +89,7 @@ class Array {
   Shape shape_;
   DType dtype_ = DType::float32;
   std::shared_ptr<Storage> storage_;
+  std::shared_ptr<detail::Tracer> tracer_;
 };
 
 std::ostream& operator<<(std::ostream& os, const Array& a);

@@ -80,6 +80,8 @@ class CallImpl;
 std::shared_ptr<CallImpl> make_call(KernelFn kernel, std::vector<ShapeDtype> out_shapes, CallOptions options);
 std::shared_ptr<CallImpl> make_vmap(std::shared_ptr<CallImpl> inner, std::vector<std::optional<int64_t>> in_axes);
 std::vector<Array> invoke(const CallImpl& call, const std::vector<Array>& inputs);
+// Runs the call, or binds it as a pallas_call primitive while a program is traced (jit, grad, ...).
+std::vector<Array> call_or_bind(const std::shared_ptr<CallImpl>& call, const std::vector<Array>& inputs);
 std::string lower(const CallImpl& call, const std::vector<ShapeDtype>& inputs);  // IR text
 int trace_count(const CallImpl& call);
 
@@ -106,7 +108,7 @@ template <class R> class Callable {
 
   template <class... A> R operator()(const A&... inputs) const { return call(std::vector<Array>{Array(inputs)...}); }
   R call(const std::vector<Array>& inputs) const {
-    std::vector<Array> outs = detail::invoke(*impl_, inputs);
+    std::vector<Array> outs = detail::call_or_bind(impl_, inputs);
     if constexpr (std::is_same_v<R, Array>) return outs.at(0);
     else return outs;
   }

@@ -1,5 +1,7 @@
 // Array storage, element access, and the creation functions.
 #include "palladium/array.h"
+#include "palladium/numpy.h"
+#include "program/trace.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -32,6 +34,7 @@ void check_shape(const char* fn, const Shape& shape) {
 
 void check_host(const char* fn, const Array& a) {
   PL_CHECK(a.defined(), fn, ": the array is undefined (none)");
+  if (a.is_tracer()) detail::concretization_error(fn, a);
   PL_CHECK(a.device().kind == Device::cpu, fn, ": the array is on ", a.device().str(),
            "; copy it to the host first");
 }
@@ -63,14 +66,27 @@ Array::Array(Shape shape, DType dtype, std::shared_ptr<Storage> storage)
 
 int64_t Array::size() const { return defined() ? numel(shape_) : 0; }
 size_t Array::nbytes() const { return static_cast<size_t>(size()) * static_cast<size_t>(itemsize(dtype_)); }
-Device Array::device() const { return storage_ ? storage_->device : Device{}; }
+Device Array::device() const {
+  if (tracer_) return detail::tracer_device(*tracer_);
+  return storage_ ? storage_->device : Device{};
+}
+
+Array Array::from_tracer(Shape shape, DType dtype, std::shared_ptr<detail::Tracer> tracer) {
+  Array a;
+  a.shape_ = std::move(shape);
+  a.dtype_ = dtype;
+  a.tracer_ = std::move(tracer);
+  return a;
+}
 
 void* Array::data() {
   PL_CHECK(defined(), "Array::data: the array is undefined (none)");
+  if (tracer_) detail::concretization_error("Array::data", *this);
   return storage_->ptr;
 }
 const void* Array::data() const {
   PL_CHECK(defined(), "Array::data: the array is undefined (none)");
+  if (tracer_) detail::concretization_error("Array::data", *this);
   return storage_->ptr;
 }
 
@@ -120,6 +136,7 @@ Array Array::copy() const {
 
 Array Array::reshape(Shape shape) const {
   PL_CHECK(defined(), "reshape: the array is undefined (none)");
+  if (tracer_) return jnp::reshape(*this, std::move(shape));
   int infer_axis = -1;
   int64_t known = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -143,6 +160,7 @@ Array Array::reshape(Shape shape) const {
 }
 
 Array Array::astype(DType t) const {
+  if (tracer_) return jnp::astype(*this, t);
   check_host("astype", *this);
   Array out(shape_, t);
   const int64_t n = size();

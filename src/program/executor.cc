@@ -1,0 +1,237 @@
+// Executable: fusion groups lowered to steps, then run in order over an environment of Arrays that
+// frees each value after its last use (the backends' allocators reuse the memory).
+#include "program/executor.h"
+
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include "core/grid_mapping.h"
+#include "palladium/device.h"
+#include "palladium/numpy.h"
+#include "program/control_flow.h"
+#include "program/families.h"
+#include "program/pallas_call_prim.h"
+#include "program/trace.h"
+
+namespace palladium::program {
+
+struct Executable::Step {
+  enum class Kind { kernel, view, user_call, program_call, control } kind = Kind::kernel;
+  KernelStep kernel;
+  std::vector<int> ins, outs;
+  const Eqn* eqn = nullptr;  // view, user_call, control: the equation (in program_)
+  std::vector<std::shared_ptr<Executable>> subs;
+  std::string label;
+};
+
+namespace {
+
+Array placed(const Array& a, Device d) {
+  if (a.device() == d) return a;
+  return d.kind == Device::cpu ? to_host(a) : to_device(a, d);
+}
+
+Array empty_on(const Type& t, Device d) {
+  return d.kind == Device::cpu ? Array(t.shape, t.dtype) : empty(t.shape, t.dtype, d);
+}
+
+// Runs with no trace open, so that ops the executor itself issues run rather than being staged.
+class NoTrace {
+ public:
+  NoTrace() : saved_(Trace::suspend()) {}
+  ~NoTrace() { Trace::resume(saved_); }
+  NoTrace(const NoTrace&) = delete;
+  NoTrace& operator=(const NoTrace&) = delete;
+
+ private:
+  Trace* saved_;
+};
+
+}  // namespace
+
+std::shared_ptr<Executable> Executable::compile(const Program& p, Device device, CompileOptions options) {
+  auto x = std::make_shared<Executable>();
+  x->program_ = p;
+  x->device_ = device;
+  x->backend_ = options.backend.empty() ? array_backend(device) : options.backend;
+  const Program& prog = x->program_;
+  for (Array& c : x->program_.consts) c = placed(c, device);
+  for (const FusionGroup& g : fuse(prog, options.fuse)) {
+    auto step = std::make_shared<Step>();
+    const Eqn& first = prog.eqns[g.eqns[0]];
+    step->eqn = &first;
+    if (g.elementwise) {
+      if (g.outs.empty()) continue;  // nothing of it is used
+      std::vector<const Eqn*> members;
+      for (size_t i : g.eqns) members.push_back(&prog.eqns[i]);
+      // Groups of several output shapes cannot happen (one shape per group), but a group whose
+      // outputs are all its own is lowered whole.
+      step->kernel = lower_elementwise_group(prog, members, g.ins, g.outs, x->backend_);
+      step->ins = g.ins;
+      step->outs = g.outs;
+      step->label = "kernel " + step->kernel.call->name();
+      x->steps_.push_back(step);
+      continue;
+    }
+    step->ins = first.ins;
+    step->outs = first.outs;
+    switch (family_of(first.prim)) {
+      case Family::reshape:
+        step->kind = Step::Kind::view;
+        step->label = "view reshape";
+        break;
+      case Family::broadcast:
+        break;  // elementwise
+      case Family::pallas_call:
+        step->kind = Step::Kind::user_call;
+        step->label = "pallas_call " + first.params.name;
+        break;
+      case Family::custom_vjp:
+        step->kind = Step::Kind::program_call;
+        step->subs.push_back(compile(*first.params.regions.at(0), device, options));
+        step->label = "custom_vjp " + first.params.name;
+        break;
+      case Family::scan:
+      case Family::while_loop:
+      case Family::cond:
+        step->kind = Step::Kind::control;
+        for (const auto& r : first.params.regions) step->subs.push_back(compile(*r, device, options));
+        step->label = prim_name(first.prim);
+        break;
+      default: {
+        std::vector<KernelStep> ks = lower_structural(prog, first, x->backend_);
+        PL_ASSERT(ks.size() == 1, "one kernel per structural equation");
+        step->kernel = std::move(ks[0]);
+        step->label = "kernel " + step->kernel.call->name();
+        break;
+      }
+    }
+    x->steps_.push_back(step);
+  }
+  // Free each var after the last step that reads it (never the program's outputs).
+  std::map<int, size_t> last_use;
+  for (size_t k = 0; k < x->steps_.size(); ++k)
+    for (int v : x->steps_[k]->ins) last_use[v] = k;
+  std::set<int> keep(prog.outputs.begin(), prog.outputs.end());
+  x->frees_.assign(x->steps_.size(), {});
+  for (auto [v, k] : last_use)
+    if (!keep.count(v)) x->frees_[k].push_back(v);
+  return x;
+}
+
+size_t Executable::num_kernels() const {
+  size_t n = 0;
+  for (const auto& s : steps_) n += s->kind == Step::Kind::kernel ? 1 : 0;
+  return n;
+}
+
+std::string Executable::describe() const {
+  std::ostringstream os;
+  auto vars = [](const std::vector<int>& vs) {
+    std::string s = "(";
+    for (size_t i = 0; i < vs.size(); ++i) s += (i ? ", %" : "%") + std::to_string(vs[i]);
+    return s + ")";
+  };
+  for (const auto& s : steps_) os << "  " << s->label << " " << vars(s->ins) << " -> " << vars(s->outs) << "\n";
+  return os.str();
+}
+
+std::vector<Array> Executable::run(const std::vector<Array>& inputs) const {
+  NoTrace no_trace;
+  const Program& p = program_;
+  PL_ASSERT(inputs.size() == p.inputs.size(), "program '", p.name, "' takes ", p.inputs.size(), " inputs, got ",
+            inputs.size());
+  std::vector<Array> env(p.types.size());
+  for (size_t i = 0; i < inputs.size(); ++i) env[static_cast<size_t>(p.inputs[i])] = placed(inputs[i], device_);
+  for (size_t i = 0; i < p.consts.size(); ++i) env[static_cast<size_t>(p.const_vars[i])] = p.consts[i];
+  auto read = [&](const std::vector<int>& vs) {
+    std::vector<Array> a;
+    for (int v : vs) a.push_back(env[static_cast<size_t>(v)]);
+    return a;
+  };
+  for (size_t k = 0; k < steps_.size(); ++k) {
+    const Step& s = *steps_[k];
+    std::vector<Array> outs;
+    switch (s.kind) {
+      case Step::Kind::kernel: {
+        bool empty_result = false;
+        for (int v : s.outs) empty_result = empty_result || numel(p.type(v).shape) == 0;
+        if (empty_result) {
+          for (int v : s.outs) outs.push_back(empty_on(p.type(v), device_));
+          break;
+        }
+        std::vector<Array> ins = read(s.kernel.ins);
+        for (size_t i = 0; i < s.kernel.in_views.size(); ++i)
+          if (ins[i].shape() != s.kernel.in_views[i]) ins[i] = ins[i].reshape(s.kernel.in_views[i]);
+        outs = detail::invoke(*s.kernel.call, ins);
+        break;
+      }
+      case Step::Kind::view:
+        outs = {env[static_cast<size_t>(s.ins[0])].reshape(s.eqn->params.shape)};
+        break;
+      case Step::Kind::user_call:
+        outs = detail::invoke(*std::static_pointer_cast<const detail::CallImpl>(s.eqn->params.callee),
+                              with_none_inputs(s.eqn->params, read(s.ins)));
+        break;
+      case Step::Kind::program_call:
+        outs = s.subs[0]->run(read(s.ins));
+        break;
+      case Step::Kind::control:
+        outs = run_control(*s.eqn, s.subs, read(s.ins));
+        break;
+    }
+    for (size_t o = 0; o < s.outs.size(); ++o) env[static_cast<size_t>(s.outs[o])] = std::move(outs[o]);
+    for (int v : frees_[k]) env[static_cast<size_t>(v)] = Array();
+  }
+  return read(p.outputs);
+}
+
+std::vector<Array> run_eager(Prim prim, const Params& params, const std::vector<Array>& ins,
+                             const std::vector<Type>& outs, Device device) {
+  if (prim == Prim::pallas_call)
+    return detail::invoke(*std::static_pointer_cast<const detail::CallImpl>(params.callee), with_none_inputs(params, ins));
+  if (prim == Prim::full && device.kind == Device::cpu) return {palladium::full(params.shape, params.scalar, params.dtype)};
+  const std::string backend = array_backend(device);
+  const bool cacheable = !params.callee && params.regions.empty();
+  std::string key;
+  if (cacheable) {
+    std::ostringstream k;
+    k << prim_name(prim) << params.key() << "|" << device.str() << "|" << backend;
+    for (const Array& a : ins) k << "|" << dtype_short_name(a.dtype()) << shape_str(a.shape());
+    key = k.str();
+    static std::mutex mu;
+    static std::map<std::string, std::shared_ptr<Executable>> cache;
+    std::shared_ptr<Executable> exe;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (auto it = cache.find(key); it != cache.end()) exe = it->second;
+    }
+    if (!exe) {
+      Program p;
+      p.name = prim_name(prim);
+      Eqn e{prim, params, {}, {}, ""};
+      for (const Array& a : ins) e.ins.push_back(p.new_var({a.shape(), a.dtype()}));
+      for (const Type& t : outs) e.outs.push_back(p.new_var(t));
+      p.inputs = e.ins;
+      p.outputs = e.outs;
+      p.eqns.push_back(std::move(e));
+      exe = Executable::compile(p, device);
+      std::lock_guard<std::mutex> lock(mu);
+      cache[key] = exe;
+    }
+    return exe->run(ins);
+  }
+  Program p;
+  p.name = prim_name(prim);
+  Eqn e{prim, params, {}, {}, ""};
+  for (const Array& a : ins) e.ins.push_back(p.new_var({a.shape(), a.dtype()}));
+  for (const Type& t : outs) e.outs.push_back(p.new_var(t));
+  p.inputs = e.ins;
+  p.outputs = e.outs;
+  p.eqns.push_back(std::move(e));
+  return Executable::compile(p, device)->run(ins);
+}
+
+}  // namespace palladium::program

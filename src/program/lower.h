@@ -1,0 +1,37 @@
+// Lowering program equations into kernel IR: each step is a generated pallas_call whose kernel
+// applies the kernel language's own op to blocks, so the interpreter, cpu and cuda run one
+// definition of every array op. Families choose the grid and BlockSpecs (lower_*.cc).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "program/program.h"
+
+namespace palladium::detail {
+class CallImpl;
+}
+
+namespace palladium::program {
+
+// A generated kernel and how the executor feeds it: input var i is viewed (reshaped, no copy) as
+// in_views[i] first; `alias` copies input 0 into output 0 before the call (dynamic_update_slice).
+struct KernelStep {
+  std::shared_ptr<detail::CallImpl> call;
+  std::vector<int> ins, outs;
+  std::vector<Shape> in_views;
+  bool alias_first = false;
+};
+
+// Elements per block of generated kernels on this backend (a tile the backend runs well).
+int64_t block_budget(const std::string& backend);
+
+// One kernel for a group of elementwise equations that all produce arrays of shape `shape`;
+// `ins` are the group's operands from outside it, `outs` the values used after it.
+KernelStep lower_elementwise_group(const Program& p, const std::vector<const Eqn*>& eqns, const std::vector<int>& ins,
+                                   const std::vector<int>& outs, const std::string& backend);
+// One kernel for a single non-elementwise equation (reduce, argreduce, matmul, transpose,
+// concatenate, slice, pad, dynamic_slice, dynamic_update_slice).
+std::vector<KernelStep> lower_structural(const Program& p, const Eqn& e, const std::string& backend);
+
+}  // namespace palladium::program

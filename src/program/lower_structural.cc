@@ -1,0 +1,294 @@
+// Non-elementwise families lowered to generated kernels: reductions tile their kept dimensions and
+// hold reduced ones whole; matmul tiles rows and columns (squeezed batch dimensions) and walks K;
+// transpose tiles its result; slice, pad and concatenate tile their result and load masked windows
+// of whole-array operands; dynamic_slice and dynamic_update_slice run one program.
+#include <algorithm>
+#include <numeric>
+
+#include "palladium/control.h"
+#include "palladium/lang.h"
+#include "palladium/ref.h"
+#include "program/families.h"
+#include "program/kernel_util.h"
+#include "program/lower.h"
+
+namespace palladium::program {
+
+namespace {
+
+
+// Positions of the block's elements along dimension d, as a rank-r tile broadcastable to the block.
+Value positions(const Shape& block, size_t d, const Value& start) {
+  Shape s(block.size(), 1);
+  s[d] = block[d];
+  return jnp::iota(DType::int32, s, static_cast<int64_t>(d)) + start;
+}
+
+Value all_of(const std::vector<Value>& conds, const Shape& block) {
+  Value m;
+  for (const Value& c : conds) m = m.valid() ? (m & c) : c;
+  return m.valid() ? jnp::broadcast_to(m, block) : m;
+}
+
+KernelStep lower_reduce(const Program& p, const Eqn& e, const std::string& backend) {
+  const Type& x = p.type(e.ins[0]);
+  const size_t r = x.shape.size();
+  std::vector<int64_t> axes = e.params.axes;
+  std::sort(axes.begin(), axes.end());
+  std::vector<bool> reduced(r, false);
+  int64_t reduced_size = 1;
+  for (int64_t a : axes) {
+    reduced[static_cast<size_t>(a)] = true;
+    reduced_size *= x.shape[static_cast<size_t>(a)];
+  }
+  Shape kept;
+  for (size_t d = 0; d < r; ++d)
+    if (!reduced[d]) kept.push_back(x.shape[d]);
+  const Tiling t = tile(kept, std::max<int64_t>(1, block_budget(backend) / std::max<int64_t>(reduced_size, 1)));
+  std::vector<int64_t> in_block;
+  for (size_t d = 0, k = 0; d < r; ++d) in_block.push_back(reduced[d] ? x.shape[d] : t.block[k++]);
+  BlockSpec in = make_spec(in_block, [reduced](std::span<const Value> g) {
+    Indexer idx;
+    for (size_t d = 0, k = 0; d < reduced.size(); ++d) idx.args.emplace_back(reduced[d] ? Value(0) : g[k++]);
+    return idx;
+  }, kept.size());
+  BlockSpec out = grid_spec(t, std::vector<bool>(kept.size(), false));
+  const Prim prim = e.prim;
+  auto kernel = [prim, axes](Refs refs) {
+    Value v = refs[0][all];
+    for (size_t i = axes.size(); i-- > 0;) {
+      const int64_t a = axes[i];
+      switch (prim) {
+        case Prim::reduce_sum: v = v.sum(a); break;
+        case Prim::reduce_max: v = v.max(a); break;
+        case Prim::reduce_min: v = v.min(a); break;
+        case Prim::argmax: v = v.argmax(a); break;
+        case Prim::argmin: v = v.argmin(a); break;
+        default: throw InternalError("lower_reduce: not a reduction");
+      }
+    }
+    store(refs[1], v.astype(refs[1].dtype()));
+  };
+  KernelStep s;
+  s.ins = e.ins;
+  s.outs = e.outs;
+  s.call = make_kernel(prim_name(prim), kernel, {{kept, p.type(e.outs[0]).dtype}}, t.grid, {in}, {out}, backend);
+  return s;
+}
+
+KernelStep lower_matmul(const Program& p, const Eqn& e, const std::string& backend) {
+  const Shape& a = p.type(e.ins[0]).shape;
+  const Shape& b = p.type(e.ins[1]).shape;
+  const size_t nb = a.size() - 2;
+  const int64_t m = a[nb], k = a[nb + 1], n = b[nb + 1];
+  const int64_t tile_mn = backend == "interpret" ? 256 : 64;
+  const int64_t bm = std::min(m, tile_mn), bn = std::min(n, tile_mn);
+  int64_t bk = k;
+  if (k > 512)
+    for (int64_t c : {512, 256, 128, 64})
+      if (k % c == 0) { bk = c; break; }
+  Shape grid(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(nb));
+  grid.push_back(cdiv(m, bm));
+  grid.push_back(cdiv(n, bn));
+  auto spec = [nb, &grid](int64_t rows, int64_t cols, int row_axis, int col_axis) {
+    std::vector<BlockDim> dims(nb, BlockDim(None));
+    dims.emplace_back(rows);
+    dims.emplace_back(cols);
+    return BlockSpec::from_parts(dims, [nb, row_axis, col_axis](std::span<const Value> g) {
+      Indexer idx;
+      for (size_t i = 0; i < nb; ++i) idx.args.emplace_back(g[i]);
+      idx.args.emplace_back(row_axis < 0 ? Value(0) : g[nb + static_cast<size_t>(row_axis)]);
+      idx.args.emplace_back(col_axis < 0 ? Value(0) : g[nb + static_cast<size_t>(col_axis)]);
+      return idx;
+    }, 1u << grid.size());
+  };
+  const DType out_t = p.type(e.outs[0]).dtype;
+  const DType acc_t = is_float(out_t) ? (out_t == DType::float64 ? DType::float64 : DType::float32) : DType::int32;
+  auto kernel = [k, bk, bm, bn, acc_t](Refs refs) {
+    Value acc;
+    if (bk == k) {
+      acc = dot(refs[0][all], refs[1][all]);
+    } else {
+      acc = fori_loop(Value(0), Value(k / bk), [&](Value i, Value c) {
+        return c + dot(refs[0](slice(), ds(i * bk, bk)), refs[1](ds(i * bk, bk), slice()));
+      }, jnp::zeros({bm, bn}, acc_t));
+    }
+    store(refs[2], acc.astype(refs[2].dtype()));
+  };
+  Shape out = p.type(e.outs[0]).shape;
+  KernelStep s;
+  s.ins = e.ins;
+  s.outs = e.outs;
+  s.call = make_kernel("matmul", kernel, {{out, out_t}}, grid, {spec(bm, k, 0, -1), spec(k, bn, -1, 1)},
+                       {spec(bm, bn, 0, 1)}, backend);
+  return s;
+}
+
+KernelStep lower_transpose(const Program& p, const Eqn& e, const std::string& backend) {
+  const Shape out = p.type(e.outs[0]).shape;
+  const std::vector<int64_t> perm = e.params.axes;
+  const Tiling t = tile(out, block_budget(backend));
+  std::vector<int64_t> in_block(perm.size());
+  for (size_t k = 0; k < perm.size(); ++k) in_block[static_cast<size_t>(perm[k])] = t.block[k];
+  BlockSpec in = make_spec(in_block, [perm](std::span<const Value> g) {
+    std::vector<Value> idx(perm.size());
+    for (size_t k = 0; k < perm.size(); ++k) idx[static_cast<size_t>(perm[k])] = g[k];
+    Indexer r;
+    for (const Value& v : idx) r.args.emplace_back(v);
+    return r;
+  }, out.size());
+  auto kernel = [perm](Refs refs) { store(refs[1], Value(refs[0][all]).transpose(perm)); };
+  KernelStep s;
+  s.ins = e.ins;
+  s.outs = e.outs;
+  s.call = make_kernel("transpose", kernel, {{out, p.type(e.outs[0]).dtype}}, t.grid, {in},
+                       {grid_spec(t, std::vector<bool>(out.size(), false))}, backend);
+  return s;
+}
+
+// A window of a whole-array operand per result block: `start(d, g)` is where the block's first
+// element comes from along d, `stride[d]` the step; lanes outside [0, extent) of the operand or
+// past the result's end read `fill`.
+struct Window {
+  std::vector<int64_t> offset, stride;  // source start = offset[d] + g[d] * block[d] * stride[d]
+};
+Value load_window(const Ref& src, const Window& w, const Shape& block, const Shape& out, std::span<const Value> g,
+                  const Value& fill) {
+  Indexer idx;
+  std::vector<Value> conds;
+  const Shape& extent = src.shape();
+  for (size_t d = 0; d < block.size(); ++d) {
+    Value start = g[d] * (block[d] * w.stride[d]) + w.offset[d];
+    idx.args.emplace_back(ds(start, block[d], w.stride[d]));
+    Value pos = positions(block, d, Value(0)) * w.stride[d] + start;
+    const bool may_underflow = w.offset[d] < 0;
+    const bool may_overflow = (out[d] % block[d] != 0) || w.offset[d] + (cdiv(out[d], block[d]) * block[d] - 1) * w.stride[d] >= extent[d];
+    if (may_underflow) conds.push_back(pos >= 0);
+    if (may_overflow) conds.push_back(pos < extent[d]);
+  }
+  Value mask = all_of(conds, block);
+  if (!mask.valid()) return load(src, idx);
+  return load(src, idx, mask, jnp::broadcast_to(fill, block));
+}
+
+KernelStep windowed(const Program& p, const Eqn& e, const std::string& backend, const std::vector<Window>& windows,
+                    double fill) {
+  const Shape out = p.type(e.outs[0]).shape;
+  const DType dt = p.type(e.outs[0]).dtype;
+  const Tiling t = tile(out, block_budget(backend));
+  const Shape block = t.block;
+  const size_t n_in = windows.size();
+  auto kernel = [windows, block, out, fill, dt, n_in](Refs refs) {
+    std::vector<Value> g;
+    for (size_t d = 0; d < block.size(); ++d) g.push_back(program_id(static_cast<int>(d)));
+    const Value f = jnp::full(block, fill, dt);
+    Value v = load_window(refs[0], windows[0], block, out, g, f);
+    for (size_t i = 1; i < n_in; ++i) {
+      // Concatenate: each operand fills the lanes its window covers.
+      Value mine = load_window(refs[i], windows[i], block, out, g, f);
+      std::vector<Value> inside;
+      for (size_t d = 0; d < block.size(); ++d) {
+        Value pos = positions(block, d, g[d] * block[d] + windows[i].offset[d]);
+        inside.push_back(pos >= 0);
+      }
+      v = jnp::where(all_of(inside, block), mine, v);
+    }
+    store(refs[n_in], v);
+  };
+  std::vector<BlockSpec> in_specs(n_in);  // whole arrays
+  KernelStep s;
+  s.ins = e.ins;
+  s.outs = e.outs;
+  s.call = make_kernel(prim_name(e.prim), kernel, {{out, dt}}, t.grid, in_specs,
+                       {grid_spec(t, std::vector<bool>(out.size(), false))}, backend);
+  return s;
+}
+
+// Clamped start indices, as lax.dynamic_slice: start in [0, dim - size].
+std::vector<Value> clamped_starts(Refs refs, size_t first, const Shape& dims, const Shape& sizes) {
+  std::vector<Value> s;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    Value v = refs[first + d][all];
+    s.push_back(jnp::minimum(jnp::maximum(v.astype(DType::int32), 0), dims[d] - sizes[d]));
+  }
+  return s;
+}
+
+KernelStep lower_dynamic(const Program& p, const Eqn& e, const std::string& backend) {
+  const Shape x = p.type(e.ins[0]).shape;
+  const Type out = p.type(e.outs[0]);
+  KernelStep s;
+  s.ins = e.ins;
+  s.outs = e.outs;
+  if (e.prim == Prim::dynamic_slice) {
+    const Shape sizes = e.params.shape;
+    auto kernel = [x, sizes](Refs refs) {
+      std::vector<Value> st = clamped_starts(refs, 1, x, sizes);
+      Indexer idx;
+      for (size_t d = 0; d < x.size(); ++d) idx.args.emplace_back(ds(st[d], sizes[d]));
+      store(refs[x.size() + 1], load(refs[0], idx));
+    };
+    s.call = make_kernel("dynamic_slice", kernel, {{out.shape, out.dtype}}, {}, {}, {}, backend);
+  } else {
+    const Shape sizes = p.type(e.ins[1]).shape;
+    auto kernel = [x, sizes](Refs refs) {
+      std::vector<Value> st = clamped_starts(refs, 2, x, sizes);
+      Indexer idx;
+      for (size_t d = 0; d < x.size(); ++d) idx.args.emplace_back(ds(st[d], sizes[d]));
+      store(refs[x.size() + 2], idx, refs[1][all]);
+    };
+    s.call = make_kernel("dynamic_update_slice", kernel, {{out.shape, out.dtype}}, {}, {}, {}, backend, {{0, 0}});
+    s.alias_first = true;
+  }
+  return s;
+}
+
+}  // namespace
+
+int64_t block_budget(const std::string& backend) {
+  if (backend == "cuda") return 8192;
+  if (backend == "cpu") return 16384;
+  return 1 << 16;
+}
+
+std::vector<KernelStep> lower_structural(const Program& p, const Eqn& e, const std::string& backend) {
+  switch (family_of(e.prim)) {
+    case Family::reduce:
+    case Family::argreduce:
+      return {lower_reduce(p, e, backend)};
+    case Family::matmul:
+      return {lower_matmul(p, e, backend)};
+    case Family::transpose:
+      return {lower_transpose(p, e, backend)};
+    case Family::slice: {
+      Window w{e.params.lo, e.params.step};
+      return {windowed(p, e, backend, {w}, 0.0)};
+    }
+    case Family::pad: {
+      Window w;
+      for (int64_t l : e.params.lo) w.offset.push_back(-l);
+      w.stride.assign(e.params.lo.size(), 1);
+      return {windowed(p, e, backend, {w}, e.params.scalar)};
+    }
+    case Family::concatenate: {
+      std::vector<Window> ws;
+      int64_t off = 0;
+      for (int v : e.ins) {
+        Window w;
+        w.offset.assign(p.type(v).shape.size(), 0);
+        w.offset[static_cast<size_t>(e.params.axis)] = -off;
+        w.stride.assign(p.type(v).shape.size(), 1);
+        off += p.type(v).shape[static_cast<size_t>(e.params.axis)];
+        ws.push_back(w);
+      }
+      return {windowed(p, e, backend, ws, 0.0)};
+    }
+    case Family::dynamic_slice:
+    case Family::dynamic_update_slice:
+      return {lower_dynamic(p, e, backend)};
+    default:
+      throw InternalError(std::string("lower_structural: no kernel lowering for ") + prim_name(e.prim));
+  }
+}
+
+}  // namespace palladium::program

@@ -1,0 +1,130 @@
+// Program IR: names, parameter keys, the printer and the verifier.
+#include "program/program.h"
+
+#include <set>
+#include <sstream>
+
+#include "ops/call_cache.h"
+#include "program/families.h"
+
+namespace palladium::program {
+
+namespace {
+
+const char* const kNames[] = {
+#define PL_PRIM(name, family, vjp, batch) #name,
+#include "program/prims.def"
+#undef PL_PRIM
+};
+
+std::string ints(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+[[noreturn]] void bad(const Program& p, size_t eqn, const std::string& msg) {
+  throw InternalError("program '" + p.name + "' equation " + std::to_string(eqn) + ": " + msg + "\n" + print(p));
+}
+
+}  // namespace
+
+const char* prim_name(Prim p) { return kNames[static_cast<size_t>(p)]; }
+
+std::string type_str(const Type& t) {
+  std::string s = dtype_short_name(t.dtype);
+  s += "[";
+  for (size_t i = 0; i < t.shape.size(); ++i) s += (i ? "," : "") + std::to_string(t.shape[i]);
+  return s + "]";
+}
+
+std::string Params::key() const {
+  std::ostringstream s;
+  if (!axes.empty()) s << " axes=" << ints(axes);
+  if (!shape.empty()) s << " shape=" << ints(shape);
+  if (!lo.empty()) s << " lo=" << ints(lo) << " hi=" << ints(hi) << " step=" << ints(step);
+  if (dtype != DType::float32) s << " dtype=" << dtype_short_name(dtype);
+  if (scalar != 0.0) s << " value=" << ops::exact(scalar);
+  if (axis != 0) s << " axis=" << axis;
+  if (count != 0) s << " n=" << count;
+  if (count2 != 0) s << " m=" << count2;
+  if (flag) s << " flag";
+  if (!name.empty()) s << " name=" << name;
+  if (callee) s << " callee=" << callee.get();
+  for (const auto& r : regions) s << " region=" << r.get();
+  return s.str();
+}
+
+std::string print(const Program& p) {
+  std::ostringstream s;
+  auto var = [&](int v) { return "%" + std::to_string(v); };
+  auto typed = [&](int v) { return var(v) + ":" + type_str(p.type(v)); };
+  s << "program " << p.name << "(";
+  for (size_t i = 0; i < p.inputs.size(); ++i) s << (i ? ", " : "") << typed(p.inputs[i]);
+  s << ") {\n";
+  for (size_t i = 0; i < p.const_vars.size(); ++i)
+    s << "  " << typed(p.const_vars[i]) << " = const" << (p.consts[i].size() == 1 && !p.consts[i].is_tracer() &&
+                                                          p.consts[i].device().kind == Device::cpu
+                                                              ? " " + std::to_string(p.consts[i].get(0))
+                                                              : "")
+      << "\n";
+  for (const Eqn& e : p.eqns) {
+    s << "  ";
+    for (size_t i = 0; i < e.outs.size(); ++i) s << (i ? ", " : "") << typed(e.outs[i]);
+    s << " = " << prim_name(e.prim);
+    Params shown = e.params;
+    shown.callee.reset();
+    shown.regions.clear();
+    std::string k = shown.key();
+    if (!k.empty()) s << "[" << k.substr(1) << "]";
+    s << "(";
+    for (size_t i = 0; i < e.ins.size(); ++i) s << (i ? ", " : "") << var(e.ins[i]);
+    s << ")\n";
+    for (size_t r = 0; r < e.params.regions.size(); ++r) {
+      std::istringstream body(print(*e.params.regions[r]));
+      for (std::string line; std::getline(body, line);) s << "    " << line << "\n";
+    }
+  }
+  s << "  return ";
+  for (size_t i = 0; i < p.outputs.size(); ++i) s << (i ? ", " : "") << var(p.outputs[i]);
+  s << "\n}\n";
+  return s.str();
+}
+
+void verify(const Program& p) {
+  std::set<int> defined;
+  auto define = [&](int v, size_t eqn) {
+    if (v < 0 || static_cast<size_t>(v) >= p.types.size()) bad(p, eqn, "var %" + std::to_string(v) + " has no type");
+    if (!defined.insert(v).second) bad(p, eqn, "var %" + std::to_string(v) + " is defined twice");
+  };
+  for (int v : p.inputs) define(v, 0);
+  if (p.const_vars.size() != p.consts.size()) bad(p, 0, "constants and their vars differ in number");
+  for (size_t i = 0; i < p.const_vars.size(); ++i) {
+    define(p.const_vars[i], 0);
+    if (p.type(p.const_vars[i]) != Type{p.consts[i].shape(), p.consts[i].dtype()}) bad(p, 0, "constant type mismatch");
+  }
+  for (size_t i = 0; i < p.eqns.size(); ++i) {
+    const Eqn& e = p.eqns[i];
+    std::vector<Type> in_types;
+    for (int v : e.ins) {
+      if (!defined.count(v)) bad(p, i, "uses %" + std::to_string(v) + " before it is defined");
+      in_types.push_back(p.type(v));
+    }
+    std::vector<Type> expect;
+    try {
+      expect = infer_types(e.prim, e.params, in_types);
+    } catch (const Error& err) {
+      bad(p, i, std::string("fails its shape rule: ") + err.what());
+    }
+    if (expect.size() != e.outs.size()) bad(p, i, "has the wrong number of results");
+    for (size_t o = 0; o < e.outs.size(); ++o) {
+      define(e.outs[o], i);
+      if (p.type(e.outs[o]) != expect[o]) bad(p, i, "result type differs from its shape rule");
+    }
+    for (const auto& r : e.params.regions) verify(*r);
+  }
+  for (int v : p.outputs)
+    if (!defined.count(v)) bad(p, p.eqns.size(), "returns undefined %" + std::to_string(v));
+}
+
+}  // namespace palladium::program
