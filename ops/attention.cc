@@ -2,6 +2,8 @@
 // functools.partial's static parameters are lambda captures, and None refs test false.
 #include "ops/attention.h"
 
+#include "palladium/transforms.h"
+
 #include "ops/call_cache.h"
 
 #include <cmath>
@@ -276,8 +278,23 @@ std::vector<Array> forward(const Array& q, const Array& k, const Array& v, const
 
 }  // namespace
 
+// The seed's wiring: mha = jax.custom_vjp(mha), mha.defvjp(_mha_forward, _mha_backward), so that
+// grad of a loss over mha runs the backward kernels. segment_ids are not differentiated (a none
+// Array is not an argument of the custom_vjp function at all).
 Array mha(const Array& q, const Array& k, const Array& v, const Array& segment_ids, const MhaOptions& options) {
-  return forward(q, k, v, segment_ids, options, false)[0];
+  const Array seg = segment_ids;
+  auto primal = [options, seg](const Array& q_, const Array& k_, const Array& v_) {
+    return forward(q_, k_, v_, seg, options, false)[0];
+  };
+  auto fwd = [options, seg](const Array& q_, const Array& k_, const Array& v_) {
+    auto [out, lse] = mha_forward(q_, k_, v_, seg, options);
+    return std::make_pair(out, std::make_tuple(q_, k_, v_, out, lse));
+  };
+  auto bwd = [options, seg](const std::tuple<Array, Array, Array, Array, Array>& res, const Array& dout) {
+    const auto& [q_, k_, v_, out, lse] = res;
+    return mha_backward(q_, k_, v_, seg, out, lse, dout, options);
+  };
+  return custom_vjp("mha", primal, fwd, bwd)(q, k, v);
 }
 
 std::tuple<Array, Array> mha_forward(const Array& q, const Array& k, const Array& v, const Array& segment_ids,

@@ -229,6 +229,16 @@ Array broadcast_to(const Array& x, Shape shape) {
 Array concatenate(const std::vector<Array>& xs, int64_t axis) {
   PL_CHECK(!xs.empty(), "concatenate: needs at least one array", program::trace_location());
   if (xs.size() == 1) return xs[0];
+  // A generated kernel takes at most 24 refs: longer lists concatenate in chunks.
+  constexpr size_t kChunk = 16;
+  if (xs.size() > kChunk) {
+    std::vector<Array> parts;
+    for (size_t i = 0; i < xs.size(); i += kChunk)
+      parts.push_back(concatenate(std::vector<Array>(xs.begin() + static_cast<std::ptrdiff_t>(i),
+                                                     xs.begin() + static_cast<std::ptrdiff_t>(std::min(xs.size(), i + kChunk))),
+                                  axis));
+    return concatenate(parts, axis);
+  }
   DType t = xs[0].dtype();
   for (const Array& x : xs) t = program::promote_types(t, x.dtype());
   std::vector<Array> cs;

@@ -15,7 +15,13 @@ struct Open {
   FusionGroup group;
   Shape shape;
   std::set<int> produced;
+  std::set<int> inputs;   // read from outside so far
+  size_t outputs = 0;     // results read outside (or returned), so far
 };
+
+// A generated kernel takes at most 24 refs: cap a group's operands and results.
+constexpr size_t kMaxGroupInputs = 16;
+constexpr size_t kMaxGroupOutputs = 6;
 
 bool inlinable(const Eqn& e) { return e.prim == Prim::full; }
 
@@ -30,6 +36,13 @@ std::vector<FusionGroup> fuse(const Program& p, bool enabled) {
   for (size_t i = 0; i < p.eqns.size(); ++i)
     for (int v : p.eqns[i].ins) readers[static_cast<size_t>(v)].push_back(i);
 
+  // Whether v may be read outside an elementwise group: by a non-elementwise equation, or returned.
+  auto escapes = [&](int v) {
+    if (returned.count(v)) return true;
+    for (size_t j : readers[static_cast<size_t>(v)])
+      if (!enabled || !is_elementwise(p.eqns[j].prim)) return true;
+    return false;
+  };
   std::vector<FusionGroup> done;
   std::vector<Open> open;
   std::set<int> materialised;  // inlinable vars given a step of their own
@@ -89,8 +102,23 @@ std::vector<FusionGroup> fuse(const Program& p, bool enabled) {
         for (Open& o : open)
           if (o.shape == s) target = &o;
       }
+      // Start a new group when this equation would take the group past its refs.
+      if (target != nullptr) {
+        size_t new_ins = 0, new_outs = 0;
+        for (int v : e.ins) {
+          const int pi = producer[static_cast<size_t>(v)];
+          const bool inlined = pi >= 0 && inlinable(p.eqns[static_cast<size_t>(pi)]);
+          new_ins += !inlined && !target->produced.count(v) && !target->inputs.count(v) ? 1 : 0;
+        }
+        for (int v : e.outs) new_outs += escapes(v) ? 1 : 0;
+        if (target->inputs.size() + new_ins > kMaxGroupInputs || target->outputs + new_outs > kMaxGroupOutputs) {
+          for (size_t k = 0; k < open.size(); ++k)
+            if (&open[k] == target) { close(k); break; }
+          target = nullptr;
+        }
+      }
       if (target == nullptr) {
-        open.push_back(Open{{}, s, {}});
+        open.push_back(Open{{}, s, {}, {}, 0});
         open.back().group.elementwise = true;
         target = &open.back();
       }
@@ -102,7 +130,12 @@ std::vector<FusionGroup> fuse(const Program& p, bool enabled) {
         }
       }
       target->group.eqns.push_back(i);
-      for (int v : e.outs) target->produced.insert(v);
+      for (int v : e.ins)
+        if (!target->produced.count(v)) target->inputs.insert(v);
+      for (int v : e.outs) {
+        target->produced.insert(v);
+        target->outputs += escapes(v) ? 1 : 0;
+      }
       continue;
     }
     for (int v : e.ins) {

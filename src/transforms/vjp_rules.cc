@@ -1,0 +1,210 @@
+// The VJP rule of every primitive named in prims.def, written with the Array ops themselves (so a
+// gradient program is differentiable again). Operands that broadcast get their cotangent summed
+// back to their shape. custom_vjp and scan are handled by vjp_program (they need residuals).
+#include <cmath>
+
+#include "palladium/numpy.h"
+#include "program/families.h"
+#include "program/trace.h"
+#include "transforms/transforms.h"
+
+namespace palladium::program {
+
+namespace {
+
+using Arrays = std::vector<Array>;
+
+// Sums g over the dimensions that broadcasting added to reach it from `shape`.
+Array unbroadcast(const Array& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  const size_t extra = g.shape().size() - shape.size();
+  std::vector<int64_t> axes;
+  for (size_t d = 0; d < g.shape().size(); ++d)
+    if (d < extra || (shape[d - extra] == 1 && g.shape()[d] != 1)) axes.push_back(static_cast<int64_t>(d));
+  return jnp::reshape(axes.empty() ? g : jnp::sum(g, axes), shape);
+}
+
+Array ct0(const Arrays& cts, const Arrays& outs) { return cts[0].defined() ? cts[0] : jnp::zeros_like(outs[0]); }
+
+#define PL_UNARY_VJP(name, expr)                                                            \
+  Arrays name(const Eqn&, const Arrays& in, const Arrays& out, const Arrays& cts) {          \
+    const Array& x = in[0];                                                                  \
+    const Array& y = out[0];                                                                 \
+    const Array g = ct0(cts, out);                                                           \
+    (void)x;                                                                                 \
+    (void)y;                                                                                 \
+    return {expr};                                                                           \
+  }
+PL_UNARY_VJP(vjp_neg, -g)
+PL_UNARY_VJP(vjp_abs, jnp::where(x >= 0, g, -g))
+PL_UNARY_VJP(vjp_exp, g * y)
+PL_UNARY_VJP(vjp_exp2, g * y * std::log(2.0))
+PL_UNARY_VJP(vjp_log, g / x)
+PL_UNARY_VJP(vjp_log2, g / (x * std::log(2.0)))
+PL_UNARY_VJP(vjp_log1p, g / (x + 1.0))
+PL_UNARY_VJP(vjp_sqrt, g * 0.5 / y)
+PL_UNARY_VJP(vjp_rsqrt, g * -0.5 * y / x)
+PL_UNARY_VJP(vjp_sin, g * jnp::cos(x))
+PL_UNARY_VJP(vjp_cos, -g * jnp::sin(x))
+PL_UNARY_VJP(vjp_tanh, g * (1.0 - y * y))
+PL_UNARY_VJP(vjp_logistic, g * y * (1.0 - y))
+PL_UNARY_VJP(vjp_erf, g * (2.0 / std::sqrt(M_PI)) * jnp::exp(-(x * x)))
+#undef PL_UNARY_VJP
+
+// Piecewise-constant and integer-valued primitives: no cotangent flows.
+Arrays vjp_zero(const Eqn&, const Arrays& in, const Arrays&, const Arrays&) { return Arrays(in.size()); }
+
+#define PL_BINARY_VJP(name, ga, gb)                                                         \
+  Arrays name(const Eqn&, const Arrays& in, const Arrays& out, const Arrays& cts) {          \
+    const Array& a = in[0];                                                                  \
+    const Array& b = in[1];                                                                  \
+    const Array& y = out[0];                                                                 \
+    const Array g = ct0(cts, out);                                                           \
+    (void)a;                                                                                 \
+    (void)b;                                                                                 \
+    (void)y;                                                                                 \
+    return {unbroadcast(ga, a.shape()), unbroadcast(gb, b.shape())};                         \
+  }
+PL_BINARY_VJP(vjp_add, g, g)
+PL_BINARY_VJP(vjp_sub, g, -g)
+PL_BINARY_VJP(vjp_mul, g * b, g * a)
+PL_BINARY_VJP(vjp_div, g / b, -g * y / b)
+// rem(a, b) = a - b * trunc(a / b)
+PL_BINARY_VJP(vjp_rem, g, -g * jnp::where(a / b >= 0, jnp::floor(a / b), jnp::ceil(a / b)))
+PL_BINARY_VJP(vjp_pow, g * b * jnp::power(a, b - 1.0), g * jnp::where(a > 0, y * jnp::log(jnp::where(a > 0, a, 1.0)), 0.0))
+// Ties split the cotangent evenly, as JAX does.
+PL_BINARY_VJP(vjp_max, g * ((a > b).astype(g.dtype()) + (a == b).astype(g.dtype()) * 0.5),
+              g * ((b > a).astype(g.dtype()) + (a == b).astype(g.dtype()) * 0.5))
+PL_BINARY_VJP(vjp_min, g * ((a < b).astype(g.dtype()) + (a == b).astype(g.dtype()) * 0.5),
+              g * ((b < a).astype(g.dtype()) + (a == b).astype(g.dtype()) * 0.5))
+#undef PL_BINARY_VJP
+
+Arrays vjp_select(const Eqn&, const Arrays& in, const Arrays& out, const Arrays& cts) {
+  const Array g = ct0(cts, out);
+  const Array zero = jnp::zeros_like(g);
+  return {Array(), unbroadcast(jnp::where(in[0], g, zero), in[1].shape()),
+          unbroadcast(jnp::where(in[0], zero, g), in[2].shape())};
+}
+
+Arrays vjp_convert(const Eqn&, const Arrays& in, const Arrays& out, const Arrays& cts) {
+  if (!is_float(in[0].dtype())) return {Array()};
+  return {ct0(cts, out).astype(in[0].dtype())};
+}
+
+Arrays vjp_broadcast(const Eqn&, const Arrays& in, const Arrays& out, const Arrays& cts) {
+  return {unbroadcast(ct0(cts, out), in[0].shape())};
+}
+
+// The reduced result, reshaped with size-1 reduced axes and broadcast back to the operand.
+Array expand_reduced(const Array& r, const Eqn& e, const Shape& shape) {
+  Shape kept = shape;
+  for (int64_t a : e.params.axes) kept[static_cast<size_t>(a)] = 1;
+  return jnp::broadcast_to(jnp::reshape(r, kept), shape);
+}
+
+Arrays vjp_reduce_sum(const Eqn& e, const Arrays& in, const Arrays& out, const Arrays& cts) {
+  return {expand_reduced(ct0(cts, out), e, in[0].shape())};
+}
+
+Arrays vjp_reduce_extremum(const Eqn& e, const Arrays& in, const Arrays& out, const Arrays& cts) {
+  const Array hit = (in[0] == expand_reduced(out[0], e, in[0].shape())).astype(in[0].dtype());
+  const Array count = expand_reduced(jnp::sum(hit, e.params.axes), e, in[0].shape());
+  return {expand_reduced(ct0(cts, out), e, in[0].shape()) * hit / count};
+}
+
+Array swap_last(const Array& x) {
+  std::vector<int64_t> perm;
+  for (int64_t d = 0; d < x.ndim(); ++d) perm.push_back(d);
+  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+  return jnp::transpose(x, perm);
+}
+
+Arrays vjp_matmul(const Eqn&, const Arrays& in, const Arrays& out, const Arrays& cts) {
+  const Array g = ct0(cts, out);
+  return {jnp::matmul(g, swap_last(in[1])), jnp::matmul(swap_last(in[0]), g)};
+}
+
+Arrays vjp_reshape(const Eqn&, const Arrays& in, const Arrays& out, const Arrays& cts) {
+  return {jnp::reshape(ct0(cts, out), in[0].shape())};
+}
+
+Arrays vjp_transpose(const Eqn& e, const Arrays&, const Arrays& out, const Arrays& cts) {
+  std::vector<int64_t> inverse(e.params.axes.size());
+  for (size_t k = 0; k < inverse.size(); ++k) inverse[static_cast<size_t>(e.params.axes[k])] = static_cast<int64_t>(k);
+  return {jnp::transpose(ct0(cts, out), inverse)};
+}
+
+Arrays vjp_concatenate(const Eqn& e, const Arrays& in, const Arrays& out, const Arrays& cts) {
+  const Array g = ct0(cts, out);
+  Arrays r;
+  int64_t off = 0;
+  const size_t ax = static_cast<size_t>(e.params.axis);
+  for (const Array& x : in) {
+    std::vector<int64_t> lo(static_cast<size_t>(x.ndim()), 0), hi(g.shape().begin(), g.shape().end());
+    lo[ax] = off;
+    hi[ax] = off + x.shape()[ax];
+    off = hi[ax];
+    r.push_back(lax::slice(g, lo, hi));
+  }
+  return r;
+}
+
+Arrays vjp_slice(const Eqn& e, const Arrays& in, const Arrays& out, const Arrays& cts) {
+  for (int64_t s : e.params.step)
+    PL_CHECK(s == 1, "slice: the VJP of a strided slice (stride ", s, ") is not implemented yet (transformation: vjp)");
+  std::vector<std::pair<int64_t, int64_t>> widths;
+  for (size_t d = 0; d < e.params.lo.size(); ++d)
+    widths.emplace_back(e.params.lo[d], in[0].shape()[d] - e.params.hi[d]);
+  return {jnp::pad(ct0(cts, out), widths, 0.0)};
+}
+
+Arrays vjp_pad(const Eqn& e, const Arrays& in, const Arrays& out, const Arrays& cts) {
+  std::vector<int64_t> lo = e.params.lo, hi;
+  for (size_t d = 0; d < lo.size(); ++d) hi.push_back(lo[d] + in[0].shape()[d]);
+  return {lax::slice(ct0(cts, out), lo, hi)};
+}
+
+Arrays vjp_dynamic_slice(const Eqn&, const Arrays& in, const Arrays& out, const Arrays& cts) {
+  Arrays starts(in.begin() + 1, in.end());
+  Arrays r{lax::dynamic_update_slice(jnp::zeros_like(in[0]), ct0(cts, out), starts)};
+  r.resize(in.size());
+  return r;
+}
+
+Arrays vjp_dynamic_update_slice(const Eqn&, const Arrays& in, const Arrays& out, const Arrays& cts) {
+  const Array g = ct0(cts, out);
+  Arrays starts(in.begin() + 2, in.end());
+  Arrays r{lax::dynamic_update_slice(g, jnp::zeros_like(in[1]), starts), lax::dynamic_slice(g, starts, in[1].shape())};
+  r.resize(in.size());
+  return r;
+}
+
+Arrays vjp_pallas_call(const Eqn& e, const Arrays&, const Arrays&, const Arrays&) {
+  throw Error("grad of pallas_call '" + e.params.name +
+              "': a kernel has no derivative rule of its own; wrap it in pl::custom_vjp with a backward kernel, as "
+              "ops::mha does with the seed's backward kernels (transformation: vjp)");
+}
+
+[[noreturn]] Arrays missing(const Eqn& e, const char* why) {
+  throw Error(std::string(prim_name(e.prim)) + ": no VJP rule (transformation: vjp): " + why);
+}
+Arrays vjp_custom_vjp(const Eqn& e, const Arrays&, const Arrays&, const Arrays&) { missing(e, "handled by vjp_program"); }
+Arrays vjp_scan(const Eqn& e, const Arrays&, const Arrays&, const Arrays&) { missing(e, "handled by vjp_program"); }
+Arrays vjp_while(const Eqn& e, const Arrays&, const Arrays&, const Arrays&) {
+  missing(e, "reverse mode needs a trip count known before the loop runs; use fori_loop or scan");
+}
+Arrays vjp_cond(const Eqn& e, const Arrays&, const Arrays&, const Arrays&) {
+  missing(e, "not implemented yet; select between both branches with jnp::where to differentiate");
+}
+
+const VjpRule kRules[] = {
+#define PL_PRIM(name, family, vjp, batch) &vjp,
+#include "program/prims.def"
+#undef PL_PRIM
+};
+
+}  // namespace
+
+VjpRule vjp_rule(Prim p) { return kRules[static_cast<size_t>(p)]; }
+
+}  // namespace palladium::program

@@ -1,0 +1,322 @@
+// The program level on the host backends: Array ops against float64 references, jit, grad against
+// float64 finite differences, custom_vjp, vmap, control flow, and the error messages.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "palladium/device.h"
+#include "palladium/palladium.h"
+#include "ops/indrnn.h"
+#include "tests/support/test_support.h"
+
+namespace pl = palladium;
+using pl::Array;
+using pl::Shape;
+
+namespace {
+
+using palladium::test_support::error_message;
+#define EXPECT_THAT_ERROR(expr, text)                                      \
+  do {                                                                     \
+    const std::string message_ = error_message([&] { (void)(expr); });      \
+    EXPECT_NE(message_.find(text), std::string::npos) << message_;          \
+  } while (0)
+
+std::vector<std::string> host_backends() {
+  std::vector<std::string> r{"interpret"};
+  for (const std::string& b : pl::available_backends())
+    if (b == "cpu") r.push_back(b);
+  return r;
+}
+
+class Program : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { scope_ = std::make_unique<pl::BackendScope>(GetParam()); }
+  std::unique_ptr<pl::BackendScope> scope_;
+};
+
+Array randn(Shape s, uint64_t seed) { return pl::random::normal(pl::random::key(seed), std::move(s)); }
+
+// Element-by-element float64 reference of a unary or binary function, with NumPy broadcasting
+// restricted to equal shapes or a scalar second operand.
+Array reference(const Array& a, const std::function<double(double)>& f) {
+  Array r(a.shape(), pl::f64);
+  for (int64_t i = 0; i < a.size(); ++i) r.set(i, f(a.get(i)));
+  return r;
+}
+
+// Central finite differences of a scalar function, in float64 on a float64 copy of x.
+Array finite_difference(const std::function<Array(const Array&)>& f, const Array& x) {
+  Array x64 = x.astype(pl::f64);
+  Array g(x.shape(), pl::f64);
+  const double h = 1e-6;
+  for (int64_t i = 0; i < x.size(); ++i) {
+    Array up = x64.copy(), down = x64.copy();
+    up.set(i, x64.get(i) + h);
+    down.set(i, x64.get(i) - h);
+    g.set(i, (pl::to_host(f(up)).get(0) - pl::to_host(f(down)).get(0)) / (2 * h));
+  }
+  return g;
+}
+
+TEST_P(Program, ElementwiseOpsMatchFloat64) {
+  Array x = randn({5, 7}, 1), y = randn({7}, 2);
+  EXPECT_LT(pl::rel_error(pl::jnp::exp(x), reference(x, [](double v) { return std::exp(v); })), 1e-6);
+  EXPECT_LT(pl::rel_error(pl::jnp::tanh(x), reference(x, [](double v) { return std::tanh(v); })), 1e-6);
+  Array z = x * 2.0 + y;  // broadcasting (7,) against (5, 7), a weak scalar
+  Array ref(x.shape(), pl::f64);
+  for (int64_t i = 0; i < 5; ++i)
+    for (int64_t j = 0; j < 7; ++j) ref.set(i * 7 + j, 2.0 * x.get(i * 7 + j) + y.get(j));
+  EXPECT_LT(pl::rel_error(z, ref), 1e-6);
+  EXPECT_EQ(z.dtype(), pl::f32);
+  Array cmp = pl::jnp::where(x > 0.0, x, -x);
+  EXPECT_LT(pl::rel_error(cmp, reference(x, [](double v) { return std::fabs(v); })), 1e-7);
+  Array i = pl::arange(6) * 2.5;  // int32 * float literal is float32, as in JAX
+  EXPECT_EQ(i.dtype(), pl::f32);
+  EXPECT_DOUBLE_EQ(i.get(5), 12.5);
+}
+
+TEST_P(Program, ReductionsMatmulAndLayout) {
+  Array x = randn({4, 6}, 3), w = randn({6, 5}, 4);
+  Array s = pl::jnp::sum(x, {1});
+  for (int64_t r = 0; r < 4; ++r) {
+    double acc = 0;
+    for (int64_t c = 0; c < 6; ++c) acc += x.get(r * 6 + c);
+    EXPECT_NEAR(s.get(r), acc, 1e-5);
+  }
+  EXPECT_LT(pl::rel_error(pl::jnp::matmul(x, w), pl::matmul(x, w)), 1e-6);
+  Array xb = randn({3, 4, 6}, 5), wb = randn({3, 6, 5}, 6);
+  EXPECT_LT(pl::rel_error(pl::jnp::matmul(xb, wb), pl::matmul(xb, wb)), 1e-6);
+  EXPECT_TRUE(pl::array_equal(pl::jnp::transpose(x), pl::transpose(x)));
+  Array am = pl::jnp::argmax(x, 1);
+  for (int64_t r = 0; r < 4; ++r) {
+    int64_t best = 0;
+    for (int64_t c = 1; c < 6; ++c) if (x.get(r * 6 + c) > x.get(r * 6 + best)) best = c;
+    EXPECT_EQ(am.get_int(r), best);
+  }
+  Array lse = pl::jnp::logsumexp(x, {1});
+  for (int64_t r = 0; r < 4; ++r) {
+    double acc = 0;
+    for (int64_t c = 0; c < 6; ++c) acc += std::exp(x.get(r * 6 + c));
+    EXPECT_NEAR(lse.get(r), std::log(acc), 1e-5);
+  }
+  EXPECT_TRUE(pl::array_equal(pl::jnp::stack({x, x}), pl::stack({x, x})));
+  Array sl = pl::lax::slice(x, {1, 0}, {4, 6}, {2, 3});
+  ASSERT_EQ(sl.shape(), (Shape{2, 2}));
+  EXPECT_EQ(sl.get(3), x.get(3 * 6 + 3));
+  Array p = pl::jnp::pad(x, {{1, 0}, {0, 2}}, -1.0);
+  ASSERT_EQ(p.shape(), (Shape{5, 8}));
+  EXPECT_EQ(p.get(0), -1.0);
+  EXPECT_EQ(p.get(8 + 1), x.get(1));
+  EXPECT_EQ(p.get(8 + 7), -1.0);
+  Array start = pl::lax::full({}, 9, pl::i32);  // clamped to 6 - 2 = 4, as lax.dynamic_slice
+  Array ds = pl::lax::dynamic_slice(x, {pl::lax::full({}, 1, pl::i32), start}, {2, 2});
+  EXPECT_EQ(ds.get(0), x.get(6 + 4));
+  Array up = pl::lax::dynamic_update_slice(x, pl::jnp::ones_like(ds), {pl::lax::full({}, 1, pl::i32), start});
+  EXPECT_EQ(up.get(6 + 4), 1.0);
+  EXPECT_EQ(up.get(0), x.get(0));
+}
+
+TEST_P(Program, JitTracesOncePerSignatureAndFuses) {
+  int calls = 0;
+  auto f = pl::jit([&calls](const Array& x, const Array& y) {
+    ++calls;
+    Array h = x;
+    for (int i = 0; i < 8; ++i) h = pl::jnp::tanh(h * y + 0.5);
+    return h;
+  });
+  Array x = randn({64, 33}, 7), y = randn({64, 33}, 8);
+  Array eager = x;
+  for (int i = 0; i < 8; ++i) eager = pl::jnp::tanh(eager * y + 0.5);
+  EXPECT_LT(pl::rel_error(f(x, y), eager), 1e-6);
+  f(randn({64, 33}, 9), y);
+  EXPECT_EQ(f.trace_count(), 1);
+  EXPECT_EQ(calls, 1);
+  f(randn({8, 33}, 9), randn({8, 33}, 10));
+  EXPECT_EQ(f.trace_count(), 2);
+  const std::string lowered = f.lower(x, y);
+  EXPECT_NE(lowered.find("--- optimized ---"), std::string::npos);
+  EXPECT_NE(lowered.find("(1 kernels)"), std::string::npos) << lowered;  // 24 ops, one fused kernel
+}
+
+TEST_P(Program, JitRemovesCommonSubexpressionsAndDeadCode) {
+  auto f = pl::jit([](const Array& x) {
+    Array unused = pl::jnp::exp(x);
+    (void)unused;
+    return pl::jnp::sum(x * 3.0) + pl::jnp::sum(x * 3.0);
+  });
+  Array x = randn({16}, 11);
+  const std::string lowered = f.lower(x);
+  const size_t from = lowered.find("--- optimized ---");
+  const std::string opt = lowered.substr(from, lowered.find("--- steps") - from);
+  EXPECT_EQ(opt.find("exp("), std::string::npos) << opt;
+  EXPECT_EQ(opt.find("reduce_sum") , opt.rfind("reduce_sum")) << opt;  // one sum left
+  EXPECT_NEAR(f(x).get(0), 2 * 3 * pl::jnp::sum(x).get(0), 1e-4);
+}
+
+TEST_P(Program, GradMatchesFiniteDifferences) {
+  Array x = randn({3, 4}, 12), w = randn({4, 2}, 13);
+  auto loss = [](const Array& a, const Array& b) {
+    Array h = pl::jnp::tanh(pl::jnp::matmul(a, b));
+    return pl::jnp::mean(h * h) + pl::jnp::logsumexp(a) + pl::jnp::sum(pl::jnp::exp(a) / (1.0 + a * a));
+  };
+  auto [gx, gw] = pl::grad<0, 1>(loss)(x, w);
+  EXPECT_LT(pl::rel_error(gx, finite_difference([&](const Array& a) { return loss(a, w.astype(pl::f64)); }, x)), 1e-5);
+  EXPECT_LT(pl::rel_error(gw, finite_difference([&](const Array& b) { return loss(x.astype(pl::f64), b); }, w)), 1e-5);
+  auto jitted = pl::jit(pl::grad(loss));
+  EXPECT_LT(pl::rel_error(jitted(x, w), gx), 1e-6);
+  auto [value, g0] = pl::value_and_grad(loss)(x, w);
+  EXPECT_NEAR(value.get(0), loss(x, w).get(0), 1e-5);
+  EXPECT_LT(pl::rel_error(g0, gx), 1e-7);
+}
+
+TEST_P(Program, GradOfGradAndJvp) {
+  Array x = randn({5}, 14);
+  auto f = [](const Array& v) { return pl::jnp::sum(pl::jnp::sin(v) * v); };
+  // d/dx sum(d/dx_i (sin x_i x_i)) = sum over i of (2 cos x_i - x_i sin x_i)
+  Array gg = pl::grad([&](const Array& v) { return pl::jnp::sum(pl::grad(f)(v)); })(x);
+  EXPECT_LT(pl::rel_error(gg, reference(x, [](double v) { return 2 * std::cos(v) - v * std::sin(v); })), 1e-5);
+  Array t = randn({5}, 15);
+  auto [out, tan] = pl::jvp([](const Array& v) { return pl::jnp::exp(v) * 2.0; }, std::make_tuple(x), std::make_tuple(t));
+  Array ref(x.shape(), pl::f64);
+  for (int64_t i = 0; i < 5; ++i) ref.set(i, 2 * std::exp(x.get(i)) * t.get(i));
+  EXPECT_LT(pl::rel_error(tan, ref), 1e-6);
+}
+
+TEST_P(Program, CustomVjpCallsTheUsersBackward) {
+  int bwd_calls = 0;
+  // A deliberately different backward (3x instead of 2x) shows that bwd, not autodiff, is used.
+  auto sq = pl::custom_vjp(
+      "square", [](const Array& v) { return v * v; }, [](const Array& v) { return std::make_pair(v * v, v); },
+      [&bwd_calls](const Array& r, const Array& g) {
+        ++bwd_calls;
+        return std::make_tuple(g * 3.0 * r);
+      });
+  Array x = randn({6}, 16);
+  EXPECT_LT(pl::rel_error(sq(x), x * x), 1e-7);
+  Array g = pl::grad([&](const Array& v) { return pl::jnp::sum(sq(v)); })(x);
+  EXPECT_LT(pl::rel_error(g, reference(x, [](double v) { return 3 * v; })), 1e-6);
+  EXPECT_EQ(bwd_calls, 1);
+}
+
+TEST_P(Program, VmapBatchesOpsAndKernels) {
+  Array xs = randn({3, 4, 5}, 17), w = randn({5, 2}, 18);
+  auto per_example = [](const Array& a, const Array& b) { return pl::jnp::sum(pl::nn::relu(pl::jnp::matmul(a, b)), {0}); };
+  Array batched = pl::vmap(per_example, {0, pl::None})(xs, w);
+  ASSERT_EQ(batched.shape(), (Shape{3, 2}));
+  for (int64_t b = 0; b < 3; ++b)
+    EXPECT_LT(pl::rel_error(pl::lax::index(batched, b), per_example(pl::lax::index(xs, b), w)), 1e-6);
+  // A pallas_call inside keeps Pallas's batching rule (a new grid axis).
+  auto double_it = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] * 2.0f; }, pl::ShapeDtype({5}, pl::f32),
+                                   {.backend = GetParam()});
+  Array v = randn({4, 5}, 19);
+  Array out = pl::vmap([&](const Array& r) { return double_it(r) + 1.0; })(v);
+  EXPECT_LT(pl::rel_error(out, v * 2.0 + 1.0), 1e-7);
+  // vmap of grad and grad of vmap agree.
+  auto f = [](const Array& r) { return pl::jnp::sum(pl::jnp::sin(r) * r); };
+  Array g1 = pl::vmap(pl::grad(f))(v);
+  Array g2 = pl::grad([&](const Array& m) { return pl::jnp::sum(pl::vmap(f)(m)); })(v);
+  EXPECT_LT(pl::rel_error(g1, g2), 1e-6);
+}
+
+TEST_P(Program, ScanForiWhileCond) {
+  Array xs = randn({6, 4}, 20), u = randn({4}, 21);
+  auto [h, ys] = pl::scan([&](const Array& c, const Array& x) {
+    Array n = pl::nn::relu(u * c + x);
+    return std::make_pair(n, n);
+  }, pl::jnp::zeros_like(u), xs);
+  Array ref = pl::ops::indrnn_reference(xs, u, pl::zeros({4}));
+  EXPECT_LT(pl::rel_error(ys, ref), 1e-6);
+  EXPECT_LT(pl::rel_error(h, pl::lax::index(ref, 5)), 1e-6);
+  Array total = pl::fori_loop(2, 7, [](const Array& i, const Array& c) { return c + i.astype(pl::f32); }, pl::lax::full({}, 0.0));
+  EXPECT_EQ(total.get(0), 2 + 3 + 4 + 5 + 6);
+  Array w = pl::while_loop([](const Array& c) { return c < 100.0; }, [](const Array& c) { return c * 3.0; }, pl::lax::full({}, 1.0));
+  EXPECT_EQ(w.get(0), 243.0);
+  Array c = pl::cond(pl::jnp::sum(u) > 0.0, [](const Array& a) { return a + 1.0; }, [](const Array& a) { return a - 1.0; }, u);
+  EXPECT_LT(pl::rel_error(c, pl::jnp::sum(u).get(0) > 0 ? u + 1.0 : u - 1.0), 1e-7);
+  // The same under jit: the loops are programs, not unrolled.
+  auto jitted = pl::jit([&](const Array& x) {
+    return pl::scan([&](const Array& cc, const Array& xt) { Array n = pl::nn::relu(u * cc + xt); return std::make_pair(n, n); },
+                    pl::jnp::zeros_like(u), x).second;
+  });
+  EXPECT_LT(pl::rel_error(jitted(xs), ref), 1e-6);
+  EXPECT_NE(jitted.lower(xs).find("scan"), std::string::npos);
+}
+
+TEST_P(Program, GradThroughScanAndForiLoop) {
+  Array xs = randn({5, 3}, 22), u = randn({3}, 23);
+  auto loss = [](const Array& uu, const Array& xx) {
+    auto r = pl::scan([&](const Array& c, const Array& x) {
+      Array n = pl::jnp::tanh(uu * c + x);
+      return std::make_pair(n, n * n);
+    }, pl::jnp::ones_like(uu), xx);
+    return pl::jnp::sum(r.second) + pl::jnp::sum(r.first);
+  };
+  auto [gu, gx] = pl::grad<0, 1>(loss)(u, xs);
+  EXPECT_LT(pl::rel_error(gu, finite_difference([&](const Array& a) { return loss(a, xs.astype(pl::f64)); }, u)), 1e-5);
+  EXPECT_LT(pl::rel_error(gx, finite_difference([&](const Array& b) { return loss(u.astype(pl::f64), b); }, xs)), 1e-5);
+  auto fl = [](const Array& a) {
+    return pl::jnp::sum(pl::fori_loop(0, 4, [&](const Array&, const Array& c) { return pl::jnp::sin(c) * a; }, a));
+  };
+  EXPECT_LT(pl::rel_error(pl::grad(fl)(u), finite_difference(fl, u)), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Program, ::testing::ValuesIn(host_backends()),
+                         [](const auto& param_info) { return param_info.param; });
+
+// ---- errors: each names the op or program and what was wrong ----
+
+TEST(ProgramErrors, BranchingOnATracer) {
+  auto f = pl::jit([](const Array& x) { return x.get(0) > 0 ? x : -x; });
+  EXPECT_THAT_ERROR(f(pl::ones({3})), "ConcretizationTypeError");
+  EXPECT_THAT_ERROR(f(pl::ones({3})), "pl::cond");
+}
+
+TEST(ProgramErrors, ShapeMismatchAtTraceTime) {
+  auto f = pl::jit([](const Array& a, const Array& b) { return pl::jnp::exp(a) + b; }, {.name = "adder"});
+  EXPECT_THAT_ERROR(f(pl::ones({3}), pl::ones({4})), "add: shapes (3,) and (4,) do not broadcast (while tracing 'adder', at equation 1)");
+  EXPECT_THAT_ERROR(pl::jnp::matmul(pl::ones({2, 3}), pl::ones({4, 5})), "matmul: contracting dimensions differ");
+}
+
+TEST(ProgramErrors, GradOfNonScalarAndIntegerInputs) {
+  EXPECT_THAT_ERROR(pl::grad([](const Array& x) { return x * 2.0; })(pl::ones({3})),
+                    "grad: the function must return a float scalar, got f32[3]");
+  EXPECT_THAT_ERROR(pl::grad([](const Array& x) { return pl::jnp::sum(x).astype(pl::f32); })(pl::arange(3)),
+                    "grad: argument leaf 0 has dtype int32");
+}
+
+TEST(ProgramErrors, CustomVjpBackwardWithWrongCotangents) {
+  auto bad_count = pl::custom_vjp(
+      "twice", [](const Array& v) { return v * 2.0; }, [](const Array& v) { return std::make_pair(v * 2.0, v); },
+      [](const Array&, const Array& g) { return std::make_tuple(g, g); });
+  EXPECT_THAT_ERROR(pl::grad([&](const Array& v) { return pl::jnp::sum(bad_count(v)); })(pl::ones({3})),
+                    "custom_vjp 'twice': bwd returned 2 cotangents for a function of 1 arguments");
+  auto bad_shape = pl::custom_vjp(
+      "twice", [](const Array& v) { return v * 2.0; }, [](const Array& v) { return std::make_pair(v * 2.0, v); },
+      [](const Array&, const Array& g) { return std::make_tuple(pl::jnp::sum(g)); });
+  EXPECT_THAT_ERROR(pl::grad([&](const Array& v) { return pl::jnp::sum(bad_shape(v)); })(pl::ones({3})),
+                    "custom_vjp 'twice': bwd's cotangent 0 is f32[] but argument 0 is f32[3]");
+}
+
+TEST(ProgramErrors, GradOfAKernelWithoutRule) {
+  auto k = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] * 2.0f; }, pl::ShapeDtype({3}, pl::f32),
+                           {.name = "doubler", .interpret = true});
+  EXPECT_THAT_ERROR(pl::grad([&](const Array& v) { return pl::jnp::sum(k(v)); })(pl::ones({3})),
+                    "grad of pallas_call 'doubler': a kernel has no derivative rule");
+}
+
+TEST(ProgramErrors, EscapedTracerAndMissingRules) {
+  Array leaked;
+  auto f = pl::jit([&leaked](const Array& x) { leaked = x * 2.0; return x; });
+  f(pl::ones({2}));
+  EXPECT_THAT_ERROR(leaked + 1.0, "escaped the function that was traced");
+  auto doubling = [](const Array& x) {
+    Array r = pl::while_loop([](const Array& c) { return pl::jnp::sum(c) < 10.0; }, [](const Array& c) { return c * 2.0; }, x);
+    return pl::jnp::sum(r);
+  };
+  EXPECT_THAT_ERROR(pl::grad(doubling)(pl::ones({3})),
+                    "while_loop: no VJP rule (transformation: vjp)");
+}
+
+}  // namespace
