@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 bash tools/install_deps.sh
 build=${BUILD_DIR:-build}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPALLADIUM_BUILD_BENCH=OFF >/dev/null
-cmake --build "$build" --target quickstart attention indrnn
+cmake --build "$build" --target quickstart attention indrnn indrnn_blog
 echo "== quickstart =="
 "$build/quickstart"
 echo
@@ -16,3 +16,6 @@ echo "== fused attention (seed) =="
 echo
 echo "== IndRNN =="
 "$build/indrnn"
+echo
+echo "== IndRNN three ways: naive loop, scan, kernel; eager and jit (program level) =="
+"$build/indrnn_blog"

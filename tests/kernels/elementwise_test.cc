@@ -11,6 +11,10 @@
 #include "kernel_test_util.h"
 
 namespace palladium::ktest {
+// The kernel language's overloads, picked by type: jnp ops also take Arrays at the program level.
+#define PL_UNARY(f) static_cast<Value (*)(const Value&)>(f)
+#define PL_BINARY(f) static_cast<Value (*)(const Value&, const Value&)>(f)
+
 namespace {
 
 namespace jnp = palladium::jnp;
@@ -34,26 +38,26 @@ struct UnaryOp {
 
 const std::map<std::string, UnaryOp>& unary_ops() {
   static const std::map<std::string, UnaryOp> ops = {
-      {"neg", {UnaryOp::kNumeric, jnp::neg, [](double x) { return -x; }, [](int64_t x) { return wsub(0, x); }}},
-      {"abs", {UnaryOp::kNumeric, jnp::abs, [](double x) { return std::fabs(x); }, [](int64_t x) { return x < 0 ? wsub(0, x) : x; }}},
-      {"exp", {UnaryOp::kFloat, jnp::exp, [](double x) { return std::exp(x); }, nullptr, -5, 5}},
-      {"exp2", {UnaryOp::kFloat, jnp::exp2, [](double x) { return std::exp2(x); }, nullptr, -8, 8}},
-      {"log", {UnaryOp::kFloat, jnp::log, [](double x) { return std::log(x); }, nullptr, 0.25, 40}},
-      {"log2", {UnaryOp::kFloat, jnp::log2, [](double x) { return std::log2(x); }, nullptr, 0.25, 40}},
-      {"log1p", {UnaryOp::kFloat, jnp::log1p, [](double x) { return std::log1p(x); }, nullptr, -0.5, 20}},
-      {"sqrt", {UnaryOp::kFloat, jnp::sqrt, [](double x) { return std::sqrt(x); }, nullptr, 0.25, 100}},
-      {"rsqrt", {UnaryOp::kFloat, jnp::rsqrt, [](double x) { return 1.0 / std::sqrt(x); }, nullptr, 0.25, 100}},
-      {"sin", {UnaryOp::kFloat, jnp::sin, [](double x) { return std::sin(x); }, nullptr, -4, 4}},
-      {"cos", {UnaryOp::kFloat, jnp::cos, [](double x) { return std::cos(x); }, nullptr, -4, 4}},
-      {"tanh", {UnaryOp::kFloat, jnp::tanh, [](double x) { return std::tanh(x); }, nullptr, -3, 3}},
-      {"logistic", {UnaryOp::kFloat, jnp::logistic, [](double x) { return 1.0 / (1.0 + std::exp(-x)); }, nullptr, -6, 6}},
-      {"erf", {UnaryOp::kFloat, jnp::erf, [](double x) { return std::erf(x); }, nullptr, -2.5, 2.5}},
-      {"floor", {UnaryOp::kFloat, jnp::floor, [](double x) { return std::floor(x); }, nullptr, -6, 6}},
-      {"ceil", {UnaryOp::kFloat, jnp::ceil, [](double x) { return std::ceil(x); }, nullptr, -6, 6}},
+      {"neg", {UnaryOp::kNumeric, PL_UNARY(jnp::neg), [](double x) { return -x; }, [](int64_t x) { return wsub(0, x); }}},
+      {"abs", {UnaryOp::kNumeric, PL_UNARY(jnp::abs), [](double x) { return std::fabs(x); }, [](int64_t x) { return x < 0 ? wsub(0, x) : x; }}},
+      {"exp", {UnaryOp::kFloat, PL_UNARY(jnp::exp), [](double x) { return std::exp(x); }, nullptr, -5, 5}},
+      {"exp2", {UnaryOp::kFloat, PL_UNARY(jnp::exp2), [](double x) { return std::exp2(x); }, nullptr, -8, 8}},
+      {"log", {UnaryOp::kFloat, PL_UNARY(jnp::log), [](double x) { return std::log(x); }, nullptr, 0.25, 40}},
+      {"log2", {UnaryOp::kFloat, PL_UNARY(jnp::log2), [](double x) { return std::log2(x); }, nullptr, 0.25, 40}},
+      {"log1p", {UnaryOp::kFloat, PL_UNARY(jnp::log1p), [](double x) { return std::log1p(x); }, nullptr, -0.5, 20}},
+      {"sqrt", {UnaryOp::kFloat, PL_UNARY(jnp::sqrt), [](double x) { return std::sqrt(x); }, nullptr, 0.25, 100}},
+      {"rsqrt", {UnaryOp::kFloat, PL_UNARY(jnp::rsqrt), [](double x) { return 1.0 / std::sqrt(x); }, nullptr, 0.25, 100}},
+      {"sin", {UnaryOp::kFloat, PL_UNARY(jnp::sin), [](double x) { return std::sin(x); }, nullptr, -4, 4}},
+      {"cos", {UnaryOp::kFloat, PL_UNARY(jnp::cos), [](double x) { return std::cos(x); }, nullptr, -4, 4}},
+      {"tanh", {UnaryOp::kFloat, PL_UNARY(jnp::tanh), [](double x) { return std::tanh(x); }, nullptr, -3, 3}},
+      {"logistic", {UnaryOp::kFloat, PL_UNARY(jnp::logistic), [](double x) { return 1.0 / (1.0 + std::exp(-x)); }, nullptr, -6, 6}},
+      {"erf", {UnaryOp::kFloat, PL_UNARY(jnp::erf), [](double x) { return std::erf(x); }, nullptr, -2.5, 2.5}},
+      {"floor", {UnaryOp::kFloat, PL_UNARY(jnp::floor), [](double x) { return std::floor(x); }, nullptr, -6, 6}},
+      {"ceil", {UnaryOp::kFloat, PL_UNARY(jnp::ceil), [](double x) { return std::ceil(x); }, nullptr, -6, 6}},
       // ~ is bitwise for integers and logical for bool; logical_not (and !) take any dtype,
       // non-zero meaning true, and give bool (jnp.invert / jnp.logical_not).
       {"invert", {UnaryOp::kInvert, [](const Value& v) { return ~v; }, nullptr, [](int64_t x) { return ~x; }}},
-      {"logical_not", {UnaryOp::kLogicalNot, jnp::logical_not, nullptr, [](int64_t x) { return x == 0; }}},
+      {"logical_not", {UnaryOp::kLogicalNot, PL_UNARY(jnp::logical_not), nullptr, [](int64_t x) { return x == 0; }}},
       {"operator_not", {UnaryOp::kLogicalNot, [](const Value& v) { return !v; }, nullptr, [](int64_t x) { return x == 0; }}},
   };
   return ops;
@@ -135,15 +139,15 @@ const std::map<std::string, BinaryOp>& binary_ops() {
                [](double a, double b) { return std::fmod(a, b); }, [](int64_t a, int64_t b) { return a % b; }}},
       {"lax_rem", {BinaryOp::kDiv, pl::lax::rem, [](double a, double b) { return std::fmod(a, b); },
                    [](int64_t a, int64_t b) { return a % b; }}},
-      {"floor_divide", {BinaryOp::kDiv, jnp::floor_divide, [](double a, double b) { return std::floor(a / b); },
+      {"floor_divide", {BinaryOp::kDiv, PL_BINARY(jnp::floor_divide), [](double a, double b) { return std::floor(a / b); },
                         [](int64_t a, int64_t b) {
                           int64_t q = a / b;
                           return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
                         }}},
-      {"pow", {BinaryOp::kPow, jnp::pow, [](double a, double b) { return std::pow(a, b); }, nullptr}},
-      {"maximum", {BinaryOp::kArith, jnp::maximum, [](double a, double b) { return std::max(a, b); },
+      {"pow", {BinaryOp::kPow, PL_BINARY(jnp::pow), [](double a, double b) { return std::pow(a, b); }, nullptr}},
+      {"maximum", {BinaryOp::kArith, PL_BINARY(jnp::maximum), [](double a, double b) { return std::max(a, b); },
                    [](int64_t a, int64_t b) { return std::max(a, b); }}},
-      {"minimum", {BinaryOp::kArith, jnp::minimum, [](double a, double b) { return std::min(a, b); },
+      {"minimum", {BinaryOp::kArith, PL_BINARY(jnp::minimum), [](double a, double b) { return std::min(a, b); },
                    [](int64_t a, int64_t b) { return std::min(a, b); }}},
       {"and", {BinaryOp::kBitwise, [](const Value& a, const Value& b) { return a & b; }, nullptr,
                [](int64_t a, int64_t b) { return a & b; }}},
@@ -152,8 +156,8 @@ const std::map<std::string, BinaryOp>& binary_ops() {
       {"xor", {BinaryOp::kBitwise, [](const Value& a, const Value& b) { return a ^ b; }, nullptr,
                [](int64_t a, int64_t b) { return a ^ b; }}},
       // jnp.logical_and / logical_or: any dtype, non-zero meaning true, bool result.
-      {"logical_and", {BinaryOp::kLogical, jnp::logical_and, [](double a, double b) { return (a != 0) && (b != 0) ? 1.0 : 0.0; }, nullptr}},
-      {"logical_or", {BinaryOp::kLogical, jnp::logical_or, [](double a, double b) { return (a != 0) || (b != 0) ? 1.0 : 0.0; }, nullptr}},
+      {"logical_and", {BinaryOp::kLogical, PL_BINARY(jnp::logical_and), [](double a, double b) { return (a != 0) && (b != 0) ? 1.0 : 0.0; }, nullptr}},
+      {"logical_or", {BinaryOp::kLogical, PL_BINARY(jnp::logical_or), [](double a, double b) { return (a != 0) || (b != 0) ? 1.0 : 0.0; }, nullptr}},
   };
   return ops;
 }
@@ -228,7 +232,7 @@ compare_ops() {
       {"le", {[](const Value& a, const Value& b) { return a <= b; }, [](int s) { return s <= 0; }}},
       {"gt", {[](const Value& a, const Value& b) { return a > b; }, [](int s) { return s > 0; }}},
       {"ge", {[](const Value& a, const Value& b) { return a >= b; }, [](int s) { return s >= 0; }}},
-      {"jnp_equal", {jnp::equal, [](int s) { return s == 0; }}},
+      {"jnp_equal", {PL_BINARY(jnp::equal), [](int s) { return s == 0; }}},
   };
   return ops;
 }
