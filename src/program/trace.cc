@@ -4,6 +4,7 @@
 #include <atomic>
 #include <optional>
 
+#include "palladium/device.h"
 #include "program/executor.h"
 #include "program/families.h"
 
@@ -132,16 +133,28 @@ std::vector<Array> bind(Prim prim, Params params, const std::vector<Array>& ins)
   }
   std::vector<Type> outs = infer_types(prim, params, in_types);
   if (Trace* t = Trace::current()) return t->emit(prim, std::move(params), ins, outs);
+  // Host scalars (the weakly typed numbers of `x * 2.0`) follow the other operands to their device,
+  // as JAX's uncommitted scalars do; any other mix of devices is an error.
   std::optional<Device> device;
   for (const Array& a : ins) {
     PL_CHECK(!a.is_tracer(), prim_name(prim),
              ": a traced Array escaped the function that was traced (it is used after its jit/grad/vmap "
              "finished); return it from that function instead of storing it");
-    if (!device) device = a.device();
-    PL_CHECK(*device == a.device(), prim_name(prim), ": operands live on different devices (", device->str(), " and ",
-             a.device().str(), "); move them to one device with pl::to_device first");
+    if (a.device().kind != Device::cpu || a.size() > 1) {
+      if (!device) device = a.device();
+      PL_CHECK(*device == a.device(), prim_name(prim), ": operands live on different devices (", device->str(), " and ",
+               a.device().str(), "); move them to one device with pl::to_device first");
+    }
   }
-  return run_eager(prim, params, ins, outs, device.value_or(Device{}));
+  if (!device) device = Device{};
+  std::vector<Array> placed = ins;
+  for (Array& a : placed)
+    if (a.device() != *device) {
+      PL_CHECK(a.size() <= 1, prim_name(prim), ": operands live on different devices (", device->str(), " and ",
+               a.device().str(), "); move them to one device with pl::to_device first");
+      a = to_device(a, *device);
+    }
+  return run_eager(prim, params, placed, outs, *device);
 }
 
 }  // namespace palladium::program
