@@ -104,6 +104,7 @@ std::shared_ptr<Executable> Executable::compile(const Program& p, Device device,
         std::vector<KernelStep> ks = lower_structural(prog, first, x->backend_);
         PL_ASSERT(ks.size() == 1, "one kernel per structural equation");
         step->kernel = std::move(ks[0]);
+        for (Array& a : step->kernel.extra) a = placed(a, device);
         step->label = "kernel " + step->kernel.call->name();
         break;
       }
@@ -165,6 +166,7 @@ std::vector<Array> Executable::run(const std::vector<Array>& inputs) const {
         std::vector<Array> ins = read(s.kernel.ins);
         for (size_t i = 0; i < s.kernel.in_views.size(); ++i)
           if (ins[i].shape() != s.kernel.in_views[i]) ins[i] = ins[i].reshape(s.kernel.in_views[i]);
+        ins.insert(ins.end(), s.kernel.extra.begin(), s.kernel.extra.end());
         outs = detail::invoke(*s.kernel.call, ins);
         break;
       }

@@ -20,6 +20,7 @@ struct KernelStep {
   std::shared_ptr<detail::CallImpl> call;
   std::vector<int> ins, outs;
   std::vector<Shape> in_views;
+  std::vector<Array> extra;  // operands after the vars: static parameters passed at run time
   bool alias_first = false;
 };
 

@@ -3,6 +3,8 @@
 // transpose tiles its result; slice, pad and concatenate tile their result and load masked windows
 // of whole-array operands; dynamic_slice and dynamic_update_slice run one program.
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <numeric>
 
 #include "palladium/control.h"
@@ -204,6 +206,47 @@ KernelStep windowed(const Program& p, const Eqn& e, const std::string& backend, 
   return s;
 }
 
+// A static slice whose start offsets are operands (int32 scalars), so that the slices of an
+// unrolled loop (x[t] for every t) share one kernel, traced and compiled once per shape.
+KernelStep lower_slice(const Program& p, const Eqn& e, const std::string& backend) {
+  const Type x = p.type(e.ins[0]), out = p.type(e.outs[0]);
+  const std::vector<int64_t> steps = e.params.step;
+  const Tiling t = tile(out.shape, block_budget(backend));
+  KernelStep s;
+  s.ins = e.ins;
+  s.outs = e.outs;
+  for (int64_t lo : e.params.lo) s.extra.push_back(palladium::full({}, static_cast<double>(lo), DType::int32));
+  std::string key = backend + type_str(x) + type_str(out);
+  for (int64_t st : steps) key += "," + std::to_string(st);
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<detail::CallImpl>> calls;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = calls.find(key); it != calls.end()) {
+    s.call = it->second;
+    return s;
+  }
+  const Shape block = t.block, extent = x.shape;
+  const DType dt = out.dtype;
+  auto kernel = [block, extent, steps, dt](Refs refs) {
+    const size_t r = block.size();
+    Indexer idx;
+    std::vector<Value> conds;
+    for (size_t d = 0; d < r; ++d) {
+      Value offset = refs[1 + d][all];
+      Value start = program_id(static_cast<int>(d)) * (block[d] * steps[d]) + offset;
+      idx.args.emplace_back(ds(start, block[d], steps[d]));
+      conds.push_back(positions(block, d, Value(0)) * steps[d] + start < extent[d]);
+    }
+    Value v = r == 0 ? load(refs[0], idx) : load(refs[0], idx, all_of(conds, block), jnp::zeros(block, dt));
+    store(refs[1 + r], v);
+  };
+  std::vector<BlockSpec> in_specs(1 + block.size());  // whole arrays
+  s.call = make_kernel("slice", kernel, {{out.shape, dt}}, t.grid, in_specs,
+                       {grid_spec(t, std::vector<bool>(out.shape.size(), false))}, backend);
+  calls[key] = s.call;
+  return s;
+}
+
 // Clamped start indices, as lax.dynamic_slice: start in [0, dim - size].
 std::vector<Value> clamped_starts(Refs refs, size_t first, const Shape& dims, const Shape& sizes) {
   std::vector<Value> s;
@@ -260,10 +303,8 @@ std::vector<KernelStep> lower_structural(const Program& p, const Eqn& e, const s
       return {lower_matmul(p, e, backend)};
     case Family::transpose:
       return {lower_transpose(p, e, backend)};
-    case Family::slice: {
-      Window w{e.params.lo, e.params.step};
-      return {windowed(p, e, backend, {w}, 0.0)};
-    }
+    case Family::slice:
+      return {lower_slice(p, e, backend)};
     case Family::pad: {
       Window w;
       for (int64_t l : e.params.lo) w.offset.push_back(-l);
