@@ -94,6 +94,14 @@ std::shared_ptr<Executable> Executable::compile(const Program& p, Device device,
         step->label = "custom_vjp " + first.params.name;
         break;
       case Family::scan:
+        if (options.fuse) {
+          if (std::optional<KernelStep> fused = lower_fused_scan(prog, first, x->backend_)) {
+            step->kernel = std::move(*fused);
+            step->label = "kernel " + step->kernel.call->name();
+            break;
+          }
+        }
+        [[fallthrough]];
       case Family::while_loop:
       case Family::cond:
         step->kind = Step::Kind::control;

@@ -3,9 +3,11 @@
 // definition of every array op. Families choose the grid and BlockSpecs (lower_*.cc).
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "palladium/value.h"
 #include "program/program.h"
 
 namespace palladium::detail {
@@ -31,6 +33,15 @@ int64_t block_budget(const std::string& backend);
 // `ins` are the group's operands from outside it, `outs` the values used after it.
 KernelStep lower_elementwise_group(const Program& p, const std::vector<const Eqn*>& eqns, const std::vector<int>& ins,
                                    const std::vector<int>& outs, const std::string& backend);
+// The kernel language's value of one elementwise equation on blocks (block: the block shape of a
+// kernel of grid rank `rank`, for iota's offsets).
+Value apply_elementwise(const Eqn& e, const std::vector<Value>& ins, const Shape& block, size_t rank);
+
+// A scan whose body is elementwise over one shape, as one kernel: the grid tiles that shape and
+// each program runs the whole time loop on its block (no step leaves the kernel). nullopt when
+// the body does not qualify.
+std::optional<KernelStep> lower_fused_scan(const Program& p, const Eqn& e, const std::string& backend);
+
 // One kernel for a single non-elementwise equation (reduce, argreduce, matmul, transpose,
 // concatenate, slice, pad, dynamic_slice, dynamic_update_slice).
 std::vector<KernelStep> lower_structural(const Program& p, const Eqn& e, const std::string& backend);

@@ -13,9 +13,7 @@
 
 namespace palladium::program {
 
-namespace {
-
-Value apply(const Eqn& e, const std::vector<Value>& a, const Shape& block, size_t rank) {
+Value apply_elementwise(const Eqn& e, const std::vector<Value>& a, const Shape& block, size_t rank) {
   const Params& q = e.params;
   switch (e.prim) {
     case Prim::neg: return -a[0];
@@ -70,8 +68,6 @@ Value apply(const Eqn& e, const std::vector<Value>& a, const Shape& block, size_
   }
 }
 
-}  // namespace
-
 KernelStep lower_elementwise_group(const Program& p, const std::vector<const Eqn*>& eqns, const std::vector<int>& ins,
                                    const std::vector<int>& outs, const std::string& backend) {
   const Shape shape = p.type(outs.at(0)).shape;
@@ -106,7 +102,7 @@ KernelStep lower_elementwise_group(const Program& p, const std::vector<const Eqn
     for (const Eqn& e : body) {
       std::vector<Value> a;
       for (int v : e.ins) a.push_back(env.at(v));
-      env[e.outs[0]] = apply(e, a, block, rank);
+      env[e.outs[0]] = apply_elementwise(e, a, block, rank);
     }
     for (size_t o = 0; o < outs.size(); ++o) {
       const Ref& r = refs[ins.size() + o];
