@@ -19,11 +19,12 @@ using pl::Array;
 namespace {
 
 double median_ms(const std::function<Array()>& f, int reps) {
+  pl::synchronize(f().device());  // warm-up
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
     auto a = std::chrono::steady_clock::now();
     Array r = f();
-    pl::to_host(r);  // waits for device work
+    pl::synchronize(r.device());  // waits for the device work, without timing a copy back
     t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
   }
   std::sort(t.begin(), t.end());
