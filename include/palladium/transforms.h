@@ -111,16 +111,17 @@ struct VjpResult {
   std::function<std::vector<Array>(const std::vector<Array>& cts)> backward;
 };
 VjpResult vjp_flat(const FlatFn& f, const std::vector<Array>& primals, const std::vector<bool>& wrt, const char* what);
-// grad's checks and call: f must return one float scalar (plus aux outputs after `n_main`).
+// grad's checks and call: f's first output must be one float scalar (later outputs are aux); returns
+// the outputs, then one gradient per primal (undefined where not in wrt).
 std::vector<Array> grad_flat(const FlatFn& f, const std::vector<Array>& primals, const std::vector<bool>& wrt,
-                             size_t n_main, bool return_value, const char* what);
+                             const char* what);
 // Forward mode: outputs and their tangents (the transpose of the VJP, which is linear).
 std::pair<std::vector<Array>, std::vector<Array>> jvp_flat(const FlatFn& f, const std::vector<Array>& primals,
                                                            const std::vector<Array>& tangents);
 // vmap on a flat function: in_axes per leaf (-1: unbatched); outputs batched along axis 0.
 std::vector<Array> vmap_flat(const FlatFn& f, const std::vector<Array>& args, const std::vector<int64_t>& in_axes);
 // custom_vjp: binds the primitive (primal traced now; fwd/bwd called by the VJP transform).
-std::vector<Array> custom_vjp_call(const std::string& name, const FlatFn& primal, const FlatFn& fwd, size_t n_outs,
+std::vector<Array> custom_vjp_call(const std::string& name, const FlatFn& primal, const FlatFn& fwd,
                                    const std::function<std::vector<Array>(const std::vector<Array>&,
                                                                           const std::vector<Array>&)>& bwd,
                                    const std::vector<Array>& args);
@@ -231,42 +232,42 @@ template <size_t I, class... A> auto grad_of(const std::vector<std::vector<Array
 
 // grad(f)(args...): the gradient of a scalar float f with respect to argument 0 (the result has the
 // argument's type). grad<I, J...>(f) differentiates arguments I, J... (a std::tuple when several).
-template <int... Argnums, class F> auto grad(F f) {
-  return [f](const auto&... args) {
-    auto proto = std::make_tuple(args...);
-    constexpr bool defaulted = sizeof...(Argnums) == 0;
-    std::vector<int> argnums = defaulted ? std::vector<int>{0} : std::vector<int>{Argnums...};
-    std::vector<bool> mask = detail::wrt_mask(proto, argnums, "grad");
-    std::shared_ptr<void> out_proto;
-    std::vector<Array> g = detail::grad_flat(detail::flat_fn(f, proto, out_proto), detail::tree_flatten(proto), mask, 1,
-                                             false, "grad");
-    auto per = detail::pick_grads(g, proto);
-    if constexpr (defaulted) return detail::grad_of<0>(per, proto);
-    else if constexpr (sizeof...(Argnums) == 1) return detail::grad_of<Argnums...>(per, proto);
-    else return std::make_tuple(detail::grad_of<Argnums>(per, proto)...);
-  };
-}
-
 // value_and_grad(f)(args...): (f(args...), grad). With has_aux (value_and_grad<true>), f returns
 // std::pair<Array, Aux> and the result is ((loss, aux), grad).
-template <bool HasAux = false, int... Argnums, class F> auto value_and_grad(F f) {
-  return [f](const auto&... args) {
+namespace detail {
+// value_and_grad's body; `what` names the transformation in errors.
+template <int... Argnums, class F> auto value_and_grad_named(F f, const char* what) {
+  return [f, what](const auto&... args) {
     auto proto = std::make_tuple(args...);
     constexpr bool defaulted = sizeof...(Argnums) == 0;
     std::vector<int> argnums = defaulted ? std::vector<int>{0} : std::vector<int>{Argnums...};
-    std::vector<bool> mask = detail::wrt_mask(proto, argnums, "value_and_grad");
+    std::vector<bool> mask = wrt_mask(proto, argnums, what);
     std::shared_ptr<void> out_proto;
     using R = std::decay_t<std::invoke_result_t<const F&, const decltype(args)&...>>;
-    std::vector<Array> flat = detail::grad_flat(detail::flat_fn(f, proto, out_proto), detail::tree_flatten(proto), mask, 1,
-                                                true, "value_and_grad");
+    std::vector<Array> flat = grad_flat(flat_fn(f, proto, out_proto), tree_flatten(proto), mask, what);
     const R& rp = *std::static_pointer_cast<R>(out_proto);
-    const size_t n_out = detail::leaf_count(rp);
-    R value = detail::tree_rebuild(std::vector<Array>(flat.begin(), flat.begin() + static_cast<std::ptrdiff_t>(n_out)), rp);
+    const size_t n_out = leaf_count(rp);
+    R value = tree_rebuild(std::vector<Array>(flat.begin(), flat.begin() + static_cast<std::ptrdiff_t>(n_out)), rp);
     std::vector<Array> g(flat.begin() + static_cast<std::ptrdiff_t>(n_out), flat.end());
-    auto per = detail::pick_grads(g, proto);
-    if constexpr (defaulted) return std::make_pair(value, detail::grad_of<0>(per, proto));
-    else if constexpr (sizeof...(Argnums) == 1) return std::make_pair(value, detail::grad_of<Argnums...>(per, proto));
-    else return std::make_pair(value, std::make_tuple(detail::grad_of<Argnums>(per, proto)...));
+    auto per = pick_grads(g, proto);
+    if constexpr (defaulted) return std::make_pair(value, grad_of<0>(per, proto));
+    else if constexpr (sizeof...(Argnums) == 1) return std::make_pair(value, grad_of<Argnums...>(per, proto));
+    else return std::make_pair(value, std::make_tuple(grad_of<Argnums>(per, proto)...));
+  };
+}
+}  // namespace detail
+
+// value_and_grad<HasAux, Argnums...>(f): the loss is f's first output; with HasAux, f returns
+// std::pair<Array, Aux> and the value is that pair. (The result's structure carries the aux either
+// way; HasAux is JAX's spelling and changes nothing here.)
+template <bool HasAux = false, int... Argnums, class F> auto value_and_grad(F f) {
+  return detail::value_and_grad_named<Argnums...>(std::move(f), "value_and_grad");
+}
+
+// grad is value_and_grad without the value (one program computes both).
+template <int... Argnums, class F> auto grad(F f) {
+  return [g = detail::value_and_grad_named<Argnums...>(std::move(f), "grad")](const auto&... args) {
+    return g(args...).second;
   };
 }
 
@@ -331,7 +332,7 @@ template <class F, class Fwd, class Bwd> auto custom_vjp(std::string name, F f, 
     };
     // The output structure comes from tracing the primal once, on the arguments' types.
     std::vector<Array> flat = detail::tree_flatten(proto);
-    std::vector<Array> outs = detail::custom_vjp_call(name, primal, fwd_flat, 0, bwd_flat, flat);
+    std::vector<Array> outs = detail::custom_vjp_call(name, primal, fwd_flat, bwd_flat, flat);
     return detail::tree_rebuild(outs, *std::static_pointer_cast<R>(out_proto));
   };
 }

@@ -85,9 +85,9 @@ std::string array_backend(Device d) {
 
 Array scalar_like(const Array& like, Scalar s) {
   DType t = like.dtype();
-  if (s.is_bool) t = like.dtype();
-  else if (!s.is_int && !is_float(t)) t = DType::float32;  // int array * 2.5: float32, as JAX
-  else if (t == DType::bool_) t = s.is_int ? DType::int32 : DType::float32;
+  if (s.is_bool) return lax::full({}, s.value, t);
+  if (!s.is_int && !is_float(t)) t = DType::float32;  // int array * 2.5: float32, as JAX
+  else if (t == DType::bool_) t = DType::int32;     // bool array + 1: int32
   return lax::full({}, s.value, t);
 }
 

@@ -66,8 +66,6 @@ std::shared_ptr<Executable> Executable::compile(const Program& p, Device device,
       if (g.outs.empty()) continue;  // nothing of it is used
       std::vector<const Eqn*> members;
       for (size_t i : g.eqns) members.push_back(&prog.eqns[i]);
-      // Groups of several output shapes cannot happen (one shape per group), but a group whose
-      // outputs are all its own is lowered whole.
       step->kernel = lower_elementwise_group(prog, members, g.ins, g.outs, x->backend_);
       step->ins = g.ins;
       step->outs = g.outs;
@@ -82,8 +80,6 @@ std::shared_ptr<Executable> Executable::compile(const Program& p, Device device,
         step->kind = Step::Kind::view;
         step->label = "view reshape";
         break;
-      case Family::broadcast:
-        break;  // elementwise
       case Family::pallas_call:
         step->kind = Step::Kind::user_call;
         step->label = "pallas_call " + first.params.name;
@@ -198,50 +194,47 @@ std::vector<Array> Executable::run(const std::vector<Array>& inputs) const {
   return read(p.outputs);
 }
 
-std::vector<Array> run_eager(Prim prim, const Params& params, const std::vector<Array>& ins,
-                             const std::vector<Type>& outs, Device device) {
-  if (prim == Prim::pallas_call)
-    return detail::invoke(*std::static_pointer_cast<const detail::CallImpl>(params.callee), with_none_inputs(params, ins));
-  if (prim == Prim::full && device.kind == Device::cpu) return {palladium::full(params.shape, params.scalar, params.dtype)};
-  const std::string backend = array_backend(device);
-  const bool cacheable = !params.callee && params.regions.empty();
-  std::string key;
-  if (cacheable) {
-    std::ostringstream k;
-    k << prim_name(prim) << params.key() << "|" << device.str() << "|" << backend;
-    for (const Array& a : ins) k << "|" << dtype_short_name(a.dtype()) << shape_str(a.shape());
-    key = k.str();
-    static std::mutex mu;
-    static std::map<std::string, std::shared_ptr<Executable>> cache;
-    std::shared_ptr<Executable> exe;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (auto it = cache.find(key); it != cache.end()) exe = it->second;
-    }
-    if (!exe) {
-      Program p;
-      p.name = prim_name(prim);
-      Eqn e{prim, params, {}, {}, ""};
-      for (const Array& a : ins) e.ins.push_back(p.new_var({a.shape(), a.dtype()}));
-      for (const Type& t : outs) e.outs.push_back(p.new_var(t));
-      p.inputs = e.ins;
-      p.outputs = e.outs;
-      p.eqns.push_back(std::move(e));
-      exe = Executable::compile(p, device);
-      std::lock_guard<std::mutex> lock(mu);
-      cache[key] = exe;
-    }
-    return exe->run(ins);
-  }
+namespace {
+
+// The program of one equation over operands of these types.
+Program single_equation(Prim prim, const Params& params, const std::vector<Array>& ins, const std::vector<Type>& outs) {
   Program p;
   p.name = prim_name(prim);
-  Eqn e{prim, params, {}, {}, ""};
+  Eqn e{prim, params, {}, {}};
   for (const Array& a : ins) e.ins.push_back(p.new_var({a.shape(), a.dtype()}));
   for (const Type& t : outs) e.outs.push_back(p.new_var(t));
   p.inputs = e.ins;
   p.outputs = e.outs;
   p.eqns.push_back(std::move(e));
-  return Executable::compile(p, device)->run(ins);
+  return p;
+}
+
+}  // namespace
+
+std::vector<Array> run_eager(Prim prim, const Params& params, const std::vector<Array>& ins,
+                             const std::vector<Type>& outs, Device device) {
+  if (prim == Prim::pallas_call)
+    return detail::invoke(*std::static_pointer_cast<const detail::CallImpl>(params.callee), with_none_inputs(params, ins));
+  if (prim == Prim::full && device.kind == Device::cpu) return {palladium::full(params.shape, params.scalar, params.dtype)};
+  // Equations with callees or regions hold pointers in their key: compiled afresh, never cached.
+  if (params.callee || !params.regions.empty())
+    return Executable::compile(single_equation(prim, params, ins, outs), device)->run(ins);
+  std::ostringstream k;
+  k << prim_name(prim) << params.key() << "|" << device.str() << "|" << array_backend(device);
+  for (const Array& a : ins) k << "|" << dtype_short_name(a.dtype()) << shape_str(a.shape());
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<Executable>> cache;
+  std::shared_ptr<Executable> exe;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache.find(k.str()); it != cache.end()) exe = it->second;
+  }
+  if (!exe) {
+    exe = Executable::compile(single_equation(prim, params, ins, outs), device);
+    std::lock_guard<std::mutex> lock(mu);
+    cache[k.str()] = exe;
+  }
+  return exe->run(ins);
 }
 
 }  // namespace palladium::program

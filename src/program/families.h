@@ -29,12 +29,10 @@ DType promote_types(DType a, DType b);
 
 using ArrayFn = std::function<std::vector<Array>(const std::vector<Array>&)>;
 
-// custom_vjp's payload: the user's primal function, fwd (outputs then residuals) and bwd
-// (residuals, output cotangents) -> input cotangents. regions[0] of the equation is the primal,
-// traced on the operands' types.
+// custom_vjp's payload: fwd (outputs then residuals) and bwd (residuals, output cotangents) ->
+// input cotangents. regions[0] of the equation is the primal, traced on the operands' types.
 struct CustomVjp {
   std::string name;
-  ArrayFn primal;
   ArrayFn fwd;
   std::function<std::vector<Array>(const std::vector<Array>& residuals, const std::vector<Array>& cts)> bwd;
 };

@@ -17,13 +17,12 @@ class CallImpl;
 namespace palladium::program {
 
 // A generated kernel and how the executor feeds it: input var i is viewed (reshaped, no copy) as
-// in_views[i] first; `alias` copies input 0 into output 0 before the call (dynamic_update_slice).
+// in_views[i] first.
 struct KernelStep {
   std::shared_ptr<detail::CallImpl> call;
   std::vector<int> ins, outs;
   std::vector<Shape> in_views;
   std::vector<Array> extra;  // operands after the vars: static parameters passed at run time
-  bool alias_first = false;
 };
 
 // Elements per block of generated kernels on this backend (a tile the backend runs well).

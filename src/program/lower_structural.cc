@@ -281,7 +281,6 @@ KernelStep lower_dynamic(const Program& p, const Eqn& e, const std::string& back
       store(refs[x.size() + 2], idx, refs[1][all]);
     };
     s.call = make_kernel("dynamic_update_slice", kernel, {{out.shape, out.dtype}}, {}, {}, {}, backend, {{0, 0}});
-    s.alias_first = true;
   }
   return s;
 }

@@ -54,7 +54,6 @@ struct Eqn {
   Params params;
   std::vector<int> ins;
   std::vector<int> outs;
-  std::string where;  // the user's call site ("file:line"), for errors and the printer
 };
 
 struct Program {

@@ -174,7 +174,7 @@ Arrays batch_custom_vjp(const Eqn& e, const Arrays& in, const std::vector<bool>&
                      Arrays(a.begin() + static_cast<std::ptrdiff_t>(nr), a.end()));
     }, all, zeros(all.size()));
   };
-  Arrays outs = detail::custom_vjp_call(cv->name, primal, fwd, 0, bwd, args);
+  Arrays outs = detail::custom_vjp_call(cv->name, primal, fwd, bwd, args);
   ob.assign(outs.size(), true);
   return outs;
 }

@@ -244,14 +244,14 @@ VjpResult vjp_flat(const FlatFn& f, const std::vector<Array>& primals, const std
 }
 
 std::vector<Array> grad_flat(const FlatFn& f, const std::vector<Array>& primals, const std::vector<bool>& wrt,
-                             size_t n_main, bool return_value, const char* what) {
+                             const char* what) {
   for (size_t i = 0; i < primals.size(); ++i)
     PL_CHECK(!wrt[i] || is_float(primals[i].dtype()), what, ": argument leaf ", i, " has dtype ",
              dtype_name(primals[i].dtype()), "; gradients are defined for floating-point inputs (cast it with astype)");
   const Device device = device_of(primals);
   Traced tr = trace_flat(what, f, types_of(primals), device);
   const Program& p = tr.program;
-  PL_CHECK(p.outputs.size() >= n_main, what, ": the function returned no Array");
+  PL_CHECK(!p.outputs.empty(), what, ": the function returned no Array");
   const Type out = p.type(p.outputs[0]);
   PL_CHECK(out.shape.empty() && is_float(out.dtype), what, ": the function must return a float scalar, got ",
            type_str(out), " (take a sum or mean, or use vjp for non-scalar outputs)");
@@ -264,8 +264,7 @@ std::vector<Array> grad_flat(const FlatFn& f, const std::vector<Array>& primals,
     ins.push_back(jnp::zeros_like(lax::full(t.shape, 0.0, t.dtype)));
   }
   std::vector<Array> res = eval_program(q, ins);
-  std::vector<Array> result;
-  if (return_value) result.assign(res.begin(), res.begin() + static_cast<std::ptrdiff_t>(p.outputs.size()));
+  std::vector<Array> result(res.begin(), res.begin() + static_cast<std::ptrdiff_t>(p.outputs.size()));
   size_t pos = p.outputs.size();
   for (size_t i = 0; i < primals.size(); ++i) result.push_back(wrt[i] ? res[pos++] : Array());
   return result;
@@ -300,7 +299,7 @@ std::pair<std::vector<Array>, std::vector<Array>> jvp_flat(const FlatFn& f, cons
   return {first.outs, touts};
 }
 
-std::vector<Array> custom_vjp_call(const std::string& name, const FlatFn& primal, const FlatFn& fwd, size_t,
+std::vector<Array> custom_vjp_call(const std::string& name, const FlatFn& primal, const FlatFn& fwd,
                                    const std::function<std::vector<Array>(const std::vector<Array>&,
                                                                           const std::vector<Array>&)>& bwd,
                                    const std::vector<Array>& args) {
