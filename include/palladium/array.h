@@ -33,7 +33,8 @@ struct Storage {
 };
 
 namespace detail {
-struct Tracer;  // a value of a program being traced (src/program/trace.h)
+struct Tracer;        // a value of a program being traced (src/program/trace.h)
+struct ShardedValue;  // the pieces of an Array split over devices (palladium/sharding.h)
 }
 
 class Array {
@@ -42,12 +43,17 @@ class Array {
   Array(Shape shape, DType dtype);   // uninitialised host allocation
   Array(Shape shape, DType dtype, std::shared_ptr<Storage> storage);
 
-  bool defined() const { return storage_ != nullptr || tracer_ != nullptr; }
+  bool defined() const { return storage_ != nullptr || tracer_ != nullptr || sharded_ != nullptr; }
   // While a function is traced (jit, grad, vmap, ...), its Arrays are tracers: they have a shape
   // and a dtype but no data; reading their data is an error naming the op (ConcretizationTypeError).
   bool is_tracer() const { return tracer_ != nullptr; }
   const std::shared_ptr<detail::Tracer>& tracer() const { return tracer_; }
   static Array from_tracer(Shape shape, DType dtype, std::shared_ptr<detail::Tracer> tracer);
+  // A sharded Array (palladium/sharding.h) has its global shape and one piece per device; its data
+  // is read through to_host(x), which gathers the pieces.
+  bool is_sharded() const { return sharded_ != nullptr; }
+  const std::shared_ptr<const detail::ShardedValue>& sharded() const { return sharded_; }
+  static Array from_shards(Shape shape, DType dtype, std::shared_ptr<const detail::ShardedValue> pieces);
   explicit operator bool() const { return defined(); }
   const Shape& shape() const { return shape_; }
   DType dtype() const { return dtype_; }
@@ -90,6 +96,7 @@ class Array {
   DType dtype_ = DType::float32;
   std::shared_ptr<Storage> storage_;
   std::shared_ptr<detail::Tracer> tracer_;
+  std::shared_ptr<const detail::ShardedValue> sharded_;
 };
 
 std::ostream& operator<<(std::ostream& os, const Array& a);

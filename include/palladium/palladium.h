@@ -14,4 +14,5 @@
 #include "palladium/spec.h"
 #include "palladium/stream.h"
 #include "palladium/transforms.h"
+#include "palladium/sharding.h"
 #include "palladium/value.h"

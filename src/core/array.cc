@@ -1,5 +1,6 @@
 // Array storage, element access, and the creation functions.
 #include "palladium/array.h"
+#include "palladium/sharding.h"
 #include "palladium/numpy.h"
 #include "program/trace.h"
 
@@ -35,6 +36,7 @@ void check_shape(const char* fn, const Shape& shape) {
 void check_host(const char* fn, const Array& a) {
   PL_CHECK(a.defined(), fn, ": the array is undefined (none)");
   if (a.is_tracer()) detail::concretization_error(fn, a);
+  if (a.is_sharded()) detail::sharded_data_error(fn, a);
   PL_CHECK(a.device().kind == Device::cpu, fn, ": the array is on ", a.device().str(),
            "; copy it to the host first");
 }
@@ -68,7 +70,16 @@ int64_t Array::size() const { return defined() ? numel(shape_) : 0; }
 size_t Array::nbytes() const { return static_cast<size_t>(size()) * static_cast<size_t>(itemsize(dtype_)); }
 Device Array::device() const {
   if (tracer_) return detail::tracer_device(*tracer_);
+  if (sharded_) return detail::first_piece_device(*sharded_);
   return storage_ ? storage_->device : Device{};
+}
+
+Array Array::from_shards(Shape shape, DType dtype, std::shared_ptr<const detail::ShardedValue> pieces) {
+  Array a;
+  a.shape_ = std::move(shape);
+  a.dtype_ = dtype;
+  a.sharded_ = std::move(pieces);
+  return a;
 }
 
 Array Array::from_tracer(Shape shape, DType dtype, std::shared_ptr<detail::Tracer> tracer) {
@@ -82,11 +93,13 @@ Array Array::from_tracer(Shape shape, DType dtype, std::shared_ptr<detail::Trace
 void* Array::data() {
   PL_CHECK(defined(), "Array::data: the array is undefined (none)");
   if (tracer_) detail::concretization_error("Array::data", *this);
+  if (sharded_) detail::sharded_data_error("Array::data", *this);
   return storage_->ptr;
 }
 const void* Array::data() const {
   PL_CHECK(defined(), "Array::data: the array is undefined (none)");
   if (tracer_) detail::concretization_error("Array::data", *this);
+  if (sharded_) detail::sharded_data_error("Array::data", *this);
   return storage_->ptr;
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "palladium/array.h"
+#include "palladium/device.h"
 
 namespace palladium {
 
@@ -409,6 +410,7 @@ void check_printable(const Array& a) {
 
 std::string Array::str() const {
   if (!defined()) return "None";
+  if (is_sharded()) return to_host(*this).str();
   check_printable(*this);
   if (ndim() == 0) return scalar_str(*this);
   if (size() == 0) return "[]";
@@ -417,6 +419,7 @@ std::string Array::str() const {
 
 std::string Array::repr() const {
   if (!defined()) return "None";
+  if (is_sharded()) return to_host(*this).repr();
   check_printable(*this);
   // JAX's Array.__repr__: the body through array2string, then the dtype on the same line if it fits.
   const std::string prefix = "Array(";

@@ -14,11 +14,12 @@
 #include "program/families.h"
 #include "program/pallas_call_prim.h"
 #include "program/trace.h"
+#include "sharding/collectives.h"
 
 namespace palladium::program {
 
 struct Executable::Step {
-  enum class Kind { kernel, view, user_call, program_call, control } kind = Kind::kernel;
+  enum class Kind { kernel, view, user_call, program_call, control, collective } kind = Kind::kernel;
   KernelStep kernel;
   std::vector<int> ins, outs;
   const Eqn* eqn = nullptr;  // view, user_call, control: the equation (in program_)
@@ -29,6 +30,7 @@ struct Executable::Step {
 namespace {
 
 Array placed(const Array& a, Device d) {
+  if (a.is_sharded()) return placed(to_host(a), d);  // eager ops on a sharded Array see its global value
   if (a.device() == d) return a;
   return d.kind == Device::cpu ? to_host(a) : to_device(a, d);
 }
@@ -77,8 +79,13 @@ std::shared_ptr<Executable> Executable::compile(const Program& p, Device device,
     step->outs = first.outs;
     switch (family_of(first.prim)) {
       case Family::reshape:
+      case Family::constraint:  // an identity once partitioned (or where nothing partitions)
         step->kind = Step::Kind::view;
-        step->label = "view reshape";
+        step->label = first.prim == Prim::reshape ? "view reshape" : "view sharding_constraint";
+        break;
+      case Family::collective:
+        step->kind = Step::Kind::collective;
+        step->label = std::string("collective ") + prim_name(first.prim);
         break;
       case Family::pallas_call:
         step->kind = Step::Kind::user_call;
@@ -175,7 +182,11 @@ std::vector<Array> Executable::run(const std::vector<Array>& inputs) const {
         break;
       }
       case Step::Kind::view:
-        outs = {env[static_cast<size_t>(s.ins[0])].reshape(s.eqn->params.shape)};
+        outs = {s.eqn->prim == Prim::reshape ? env[static_cast<size_t>(s.ins[0])].reshape(s.eqn->params.shape)
+                                             : env[static_cast<size_t>(s.ins[0])]};
+        break;
+      case Step::Kind::collective:
+        outs = sharding::run_collective(*s.eqn, read(s.ins));
         break;
       case Step::Kind::user_call:
         outs = detail::invoke(*std::static_pointer_cast<const detail::CallImpl>(s.eqn->params.callee),

@@ -13,7 +13,7 @@ namespace palladium::program {
 enum class Family : uint8_t {
   unary, binary, compare, select, convert, broadcast, full, iota, reduce, argreduce, matmul, reshape,
   transpose, concatenate, slice, pad, dynamic_slice, dynamic_update_slice, pallas_call, custom_vjp,
-  scan, while_loop, cond
+  scan, while_loop, cond, constraint, collective
 };
 Family family_of(Prim p);
 // Fusible into one generated elementwise kernel.

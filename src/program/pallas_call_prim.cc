@@ -4,6 +4,8 @@
 #include "core/grid_mapping.h"
 #include "program/executor.h"
 #include "program/pallas_call_prim.h"
+
+#include "palladium/device.h"
 #include "program/trace.h"
 
 namespace palladium::program {
@@ -29,7 +31,10 @@ std::vector<Array> call_or_bind(const std::shared_ptr<CallImpl>& call, const std
     for (const Array& a : inputs)
       PL_CHECK(!a.is_tracer(), "pallas_call '", call->name(),
                "': a traced Array escaped the function that was traced (it is used after its jit/grad/vmap finished)");
-    return invoke(*call, inputs);
+    std::vector<Array> whole = inputs;
+    for (Array& a : whole)
+      if (a.is_sharded()) a = to_host(a);  // run eagerly, a kernel sees a sharded Array's global value
+    return invoke(*call, whole);
   }
   InputTypes types;
   program::Params q;

@@ -12,7 +12,7 @@ namespace palladium::program {
 namespace {
 
 const char* const kNames[] = {
-#define PL_PRIM(name, family, vjp, batch) #name,
+#define PL_PRIM(name, family, vjp, batch, shard) #name,
 #include "program/prims.def"
 #undef PL_PRIM
 };

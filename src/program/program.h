@@ -15,7 +15,7 @@
 namespace palladium::program {
 
 enum class Prim : uint16_t {
-#define PL_PRIM(name, family, vjp, batch) name,
+#define PL_PRIM(name, family, vjp, batch, shard) name,
 #include "program/prims.def"
 #undef PL_PRIM
 };

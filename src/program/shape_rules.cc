@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "palladium/sharding.h"
 #include "program/families.h"
 #include "program/trace.h"
 #include "trace/context.h"
@@ -12,7 +13,7 @@ namespace palladium::program {
 namespace {
 
 const Family kFamily[] = {
-#define PL_PRIM(name, family, vjp, batch) Family::family,
+#define PL_PRIM(name, family, vjp, batch, shard) Family::family,
 #include "program/prims.def"
 #undef PL_PRIM
 };
@@ -49,6 +50,57 @@ std::vector<Type> elementwise(Prim p, const std::vector<Type>& ins, DType out_dt
   Shape s = ins.at(0).shape;
   for (size_t i = 1; i < ins.size(); ++i) s = broadcast_shapes(s, ins[i].shape, prim_name(p));
   return {{s, out_dtype}};
+}
+
+// Collectives: params.callee is the Mesh, params.axes its axes the group spans (sharding/).
+std::vector<Type> collective_types(Prim p, const Params& q, const std::vector<Type>& ins) {
+  const auto* mesh = static_cast<const Mesh*>(q.callee.get());
+  if (mesh == nullptr) fail(p, "has no mesh (a collective is bound inside shard_map or by the partitioner)");
+  int64_t group = 1;
+  for (int64_t a : q.axes) group *= mesh->shape().at(static_cast<size_t>(a));
+  if (p == Prim::axis_index) {
+    expect_arity(p, ins, 0);
+    return {{{}, DType::int32}};
+  }
+  expect_arity(p, ins, 1);
+  Type t = ins[0];
+  const int64_t rank = static_cast<int64_t>(t.shape.size());
+  auto dim = [&](int64_t axis, int64_t limit) {
+    if (axis < 0 || axis >= limit) fail(p, "dimension " + std::to_string(axis) + " is out of range for " + type_str(ins[0]));
+    return static_cast<size_t>(axis);
+  };
+  auto divide = [&](size_t d) {
+    if (t.shape[d] % group != 0)
+      fail(p, "dimension " + std::to_string(d) + " of " + type_str(ins[0]) + " is not divisible by the " +
+                  std::to_string(group) + " devices of the group");
+    t.shape[d] /= group;
+  };
+  switch (p) {
+    case Prim::all_gather:
+      if (q.flag) t.shape[dim(q.axis, rank)] *= group;
+      else t.shape.insert(t.shape.begin() + static_cast<std::ptrdiff_t>(dim(q.axis, rank + 1)), group);
+      return {t};
+    case Prim::reduce_scatter:
+      if (q.flag) {
+        divide(dim(q.axis, rank));
+      } else {
+        const size_t d = dim(q.axis, rank);
+        if (t.shape[d] != group)
+          fail(p, "dimension " + std::to_string(d) + " of " + type_str(ins[0]) + " must equal the group size " +
+                      std::to_string(group) + " (tiled=false)");
+        t.shape.erase(t.shape.begin() + static_cast<std::ptrdiff_t>(d));
+      }
+      return {t};
+    case Prim::all_to_all:
+      divide(dim(q.axis, rank));
+      t.shape[dim(q.count, rank)] *= group;
+      return {t};
+    case Prim::shard_slice:
+      divide(dim(q.axis, rank));
+      return {t};
+    default:  // all_reduce, ppermute
+      return {t};
+  }
 }
 
 }  // namespace
@@ -248,6 +300,11 @@ std::vector<Type> infer_types(Prim p, const Params& q, const std::vector<Type>& 
     case Family::cond:
       // Their result types come from their callee or regions, fixed when the equation is made.
       return q.out_types;
+    case Family::constraint:
+      expect_arity(p, ins, 1);
+      return {ins[0]};
+    case Family::collective:
+      return collective_types(p, q, ins);
   }
   fail(p, "no shape rule");
 }

@@ -205,6 +205,10 @@ Arrays batch_scan(const Eqn& e, const Arrays& in, const std::vector<bool>& b, in
   return r;
 }
 
+Arrays batch_unsupported(const Eqn& e, const Arrays&, const std::vector<bool>&, int64_t, std::vector<bool>&) {
+  throw Error(std::string(prim_name(e.prim)) + ": no batching rule (transformation: vmap): vmap inside a sharded "
+              "or shard_map program is not supported; vmap the function before partitioning it");
+}
 Arrays batch_while(const Eqn& e, const Arrays&, const std::vector<bool>&, int64_t, std::vector<bool>&) {
   throw Error(std::string(prim_name(e.prim)) + ": no batching rule yet (transformation: vmap): a batched loop "
               "condition needs every example's predicate; use fori_loop or scan with a fixed trip count");
@@ -231,7 +235,7 @@ Arrays batch_cond(const Eqn& e, const Arrays& in, const std::vector<bool>& b, in
 }
 
 const BatchRule kRules[] = {
-#define PL_PRIM(name, family, vjp, batch) &batch,
+#define PL_PRIM(name, family, vjp, batch, shard) &batch,
 #include "program/prims.def"
 #undef PL_PRIM
 };

@@ -197,8 +197,42 @@ Arrays vjp_cond(const Eqn& e, const Arrays&, const Arrays&, const Arrays&) {
   missing(e, "not implemented yet; select between both branches with jnp::where to differentiate");
 }
 
+// ---- partitioning: a constraint is an identity; each collective's transpose is its dual ----
+Arrays vjp_sharding_constraint(const Eqn&, const Arrays&, const Arrays&, const Arrays& cts) { return {cts[0]}; }
+Arrays rebind_on_ct(const Eqn&, Prim prim, Params q, const Arrays& cts) {
+  if (!cts[0].defined()) return Arrays(1);
+  return {bind1(prim, std::move(q), {cts[0]})};
+}
+Arrays vjp_all_gather(const Eqn& e, const Arrays&, const Arrays&, const Arrays& cts) {
+  Params q = e.params;
+  q.name = "sum";  // every device's contribution to each piece, summed
+  return rebind_on_ct(e, Prim::reduce_scatter, q, cts);
+}
+Arrays vjp_reduce_scatter(const Eqn& e, const Arrays&, const Arrays&, const Arrays& cts) {
+  Params q = e.params;
+  q.name.clear();
+  return rebind_on_ct(e, Prim::all_gather, q, cts);
+}
+Arrays vjp_all_reduce(const Eqn& e, const Arrays&, const Arrays&, const Arrays& cts) {
+  if (e.params.name != "sum") missing(e, "only a sum (psum) is linear");
+  return rebind_on_ct(e, Prim::all_reduce, e.params, cts);
+}
+Arrays vjp_all_to_all(const Eqn& e, const Arrays&, const Arrays&, const Arrays& cts) {
+  Params q = e.params;
+  std::swap(q.axis, q.count);
+  return rebind_on_ct(e, Prim::all_to_all, q, cts);
+}
+Arrays vjp_ppermute(const Eqn& e, const Arrays&, const Arrays&, const Arrays& cts) {
+  Params q = e.params;
+  std::swap(q.lo, q.hi);
+  return rebind_on_ct(e, Prim::ppermute, q, cts);
+}
+Arrays vjp_shard_slice(const Eqn& e, const Arrays&, const Arrays&, const Arrays&) {
+  missing(e, "the partitioner's slices are made after differentiation; take grad inside sharded_jit");
+}
+
 const VjpRule kRules[] = {
-#define PL_PRIM(name, family, vjp, batch) &vjp,
+#define PL_PRIM(name, family, vjp, batch, shard) &vjp,
 #include "program/prims.def"
 #undef PL_PRIM
 };

@@ -1,6 +1,7 @@
 // The public device API (palladium/device.h) over the CUDA runtime of the backend. Transfers are
 // queued on the current stream of the device they touch (palladium/stream.h).
 #include "palladium/device.h"
+#include "palladium/sharding.h"
 
 #include "backends/cuda/device_runtime.h"
 #include "backends/cuda/stream.h"
@@ -31,6 +32,7 @@ Array empty(Shape shape, DType dtype, Device d) {
 
 Array to_host(const Array& a) {
   PL_CHECK(a.defined(), "to_host: the array is undefined (none)");
+  if (a.is_sharded()) return detail::gather_pieces(a);
   if (a.device().kind == Device::cpu) return a;
   const std::string op = "to_host(" + a.device().str() + ")";
   const Stream s = cuda::current_stream_for(op, a.device().index);

@@ -1,0 +1,73 @@
+// Communicators: how the devices of one SPMD run exchange data. The collectives of a per-device
+// program (collectives.cc) are written over `exchange`; an engine may implement them natively.
+// Engines: in-process between virtual CPU devices (here); NCCL between GPUs and MPI between
+// processes come in beside it, as the issue plans, behind the same interface.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "palladium/array.h"
+#include "palladium/sharding.h"
+
+namespace palladium::sharding {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  // Every member of `group` (mesh positions, in group order) calls this with its own piece; each
+  // gets every member's piece, in group order. `what` names the collective in errors.
+  virtual std::vector<Array> exchange(int64_t position, const std::vector<int64_t>& group, const Array& mine,
+                                      const std::string& what) = 0;
+  // Makes every pending and later exchange fail with `why` (a device failed: the others must not hang).
+  virtual void abort(const std::string& why) = 0;
+};
+
+// Between threads of one process. A device waiting longer than the timeout
+// (PALLADIUM_COLLECTIVE_TIMEOUT_S, default 300 s) fails naming the devices it waited for.
+class InProcessCommunicator final : public Communicator {
+ public:
+  explicit InProcessCommunicator(int64_t devices);
+  std::vector<Array> exchange(int64_t position, const std::vector<int64_t>& group, const Array& mine,
+                              const std::string& what) override;
+  void abort(const std::string& why) override;
+
+ private:
+  struct Rendezvous {
+    std::vector<Array> pieces;
+    std::vector<bool> arrived;
+    int64_t count = 0, left = 0;
+  };
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int64_t> sequence_;  // per device: exchanges it has made
+  std::map<std::pair<int64_t, int64_t>, std::shared_ptr<Rendezvous>> open_;  // (sequence, leader)
+  std::string aborted_;
+  std::chrono::milliseconds timeout_;
+};
+
+// The device this thread runs for in an SPMD run, and its communicator.
+struct SpmdContext {
+  std::shared_ptr<const Mesh> mesh;
+  int64_t position = 0;
+  Communicator* comm = nullptr;
+};
+// The context of this thread (nullptr outside an SPMD run); set for a scope.
+const SpmdContext* spmd_context();
+class ScopedSpmdContext {
+ public:
+  explicit ScopedSpmdContext(const SpmdContext* c);
+  ~ScopedSpmdContext();
+  ScopedSpmdContext(const ScopedSpmdContext&) = delete;
+  ScopedSpmdContext& operator=(const ScopedSpmdContext&) = delete;
+
+ private:
+  const SpmdContext* saved_;
+};
+
+}  // namespace palladium::sharding

@@ -1,0 +1,61 @@
+// Running a per-device program: compiled once, run by one thread per device of the mesh, each
+// with its SPMD context (position, communicator). The first failure aborts the communicator, so
+// devices blocked in a collective fail too instead of waiting forever; the call reports that
+// first failure, naming its device.
+#include <exception>
+#include <thread>
+
+#include "program/executor.h"
+#include "sharding/communicator.h"
+#include "sharding/sharding.h"
+
+namespace palladium::sharding {
+
+std::shared_ptr<program::Executable> compile_spmd(const program::Program& local, const Mesh& mesh,
+                                                 const std::string& what) {
+  for (const Device& d : mesh.devices())
+    PL_CHECK(d.kind == Device::cpu, what, ": devices of kind ", d.str(),
+             " need the NCCL engine, which is not built yet; use virtual CPU devices (PALLADIUM_CPU_DEVICES)");
+  return program::Executable::compile(local, Device{Device::cpu, 0});
+}
+
+std::vector<std::vector<Array>> run_spmd(const program::Executable& exe, const std::shared_ptr<const Mesh>& mesh,
+                                         const std::vector<std::vector<Array>>& inputs, const std::string& what) {
+  const int64_t n = mesh->size();
+  InProcessCommunicator comm(n);
+  std::vector<std::vector<Array>> outs(static_cast<size_t>(n));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  std::vector<bool> first(static_cast<size_t>(n), false);
+  std::mutex mu;
+  bool failed = false;
+  auto body = [&](int64_t pos) {
+    SpmdContext ctx{mesh, pos, &comm};
+    ScopedSpmdContext scope(&ctx);
+    try {
+      outs[static_cast<size_t>(pos)] = exe.run(inputs[static_cast<size_t>(pos)]);
+    } catch (const std::exception& e) {
+      errors[static_cast<size_t>(pos)] = std::current_exception();
+      std::lock_guard<std::mutex> lock(mu);
+      if (!failed) {
+        failed = true;
+        first[static_cast<size_t>(pos)] = true;
+        comm.abort("device " + mesh->devices()[static_cast<size_t>(pos)].str() + " failed: " + e.what());
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int64_t p = 1; p < n; ++p) threads.emplace_back(body, p);
+  body(0);
+  for (std::thread& t : threads) t.join();
+  for (int64_t p = 0; p < n; ++p)
+    if (first[static_cast<size_t>(p)]) {
+      try {
+        std::rethrow_exception(errors[static_cast<size_t>(p)]);
+      } catch (const Error& e) {
+        throw Error(what + " on device " + mesh->devices()[static_cast<size_t>(p)].str() + ": " + e.what());
+      }
+    }
+  return outs;
+}
+
+}  // namespace palladium::sharding
