@@ -81,32 +81,6 @@ void add_ref(ir::Kernel& kernel, ir::Builder& b, const std::vector<Value>& pids,
   refs.emplace_back(static_cast<int>(kernel.refs.size() - 1), kernel.refs.back().ref_shape, sd.dtype);
 }
 
-ir::Kernel trace_kernel(const CallImpl& call, const CallDesc& d) {
-  trace::Context ctx(d.name, d.grid, d.program_id_offset);
-  ir::Kernel& kernel = ctx.kernel();
-  ir::Builder& b = ctx.builder();
-  kernel.aliases = d.aliases;
-  std::vector<Value> pids;
-  for (size_t a = 0; a < d.grid.size(); ++a) pids.push_back(trace::wrap(b.program_id(static_cast<int>(a))));
-  std::vector<Ref> refs;
-  for (size_t i = 0; i < d.inputs.size(); ++i) {
-    if (!d.inputs[i]) { refs.emplace_back(); continue; }
-    add_ref(kernel, b, pids, false, i, *d.inputs[i], d.in_specs[i], refs);
-  }
-  kernel.num_inputs = static_cast<int>(kernel.refs.size());
-  for (size_t o = 0; o < d.outputs.size(); ++o) add_ref(kernel, b, pids, true, o, d.outputs[o], d.out_specs[o], refs);
-
-  const KernelFn& fn = call.base().kernel;
-  if (!accepts(fn.arity_mask, refs.size()))
-    b.fail("call", "the kernel takes " + arity_list(fn.arity_mask, "an unsupported number of") +
-                       " Refs but the call passes " + std::to_string(refs.size()) + " (" +
-                       std::to_string(d.inputs.size()) + " inputs + " + std::to_string(d.outputs.size()) + " outputs)");
-  fn.fn(Refs(refs));
-  b.finish();
-  ir::verify(kernel);
-  return std::move(kernel);
-}
-
 std::string signature(const InputTypes& in, const std::string& backend_name) {
   std::string key = backend_name;
   for (const auto& t : in) key += "|" + (t ? std::string(dtype_name(t->dtype)) + shape_str(t->shape) : "none");
@@ -157,6 +131,32 @@ std::shared_ptr<CallImpl::Cache::Entry> entry_for(const CallImpl& call, const In
 }
 
 }  // namespace
+
+ir::Kernel trace_kernel(const CallImpl& call, const CallDesc& d) {
+  trace::Context ctx(d.name, d.grid, d.program_id_offset);
+  ir::Kernel& kernel = ctx.kernel();
+  ir::Builder& b = ctx.builder();
+  kernel.aliases = d.aliases;
+  std::vector<Value> pids;
+  for (size_t a = 0; a < d.grid.size(); ++a) pids.push_back(trace::wrap(b.program_id(static_cast<int>(a))));
+  std::vector<Ref> refs;
+  for (size_t i = 0; i < d.inputs.size(); ++i) {
+    if (!d.inputs[i]) { refs.emplace_back(); continue; }
+    add_ref(kernel, b, pids, false, i, *d.inputs[i], d.in_specs[i], refs);
+  }
+  kernel.num_inputs = static_cast<int>(kernel.refs.size());
+  for (size_t o = 0; o < d.outputs.size(); ++o) add_ref(kernel, b, pids, true, o, d.outputs[o], d.out_specs[o], refs);
+
+  const KernelFn& fn = call.base().kernel;
+  if (!accepts(fn.arity_mask, refs.size()))
+    b.fail("call", "the kernel takes " + arity_list(fn.arity_mask, "an unsupported number of") +
+                       " Refs but the call passes " + std::to_string(refs.size()) + " (" +
+                       std::to_string(d.inputs.size()) + " inputs + " + std::to_string(d.outputs.size()) + " outputs)");
+  fn.fn(Refs(refs));
+  b.finish();
+  ir::verify(kernel);
+  return std::move(kernel);
+}
 
 std::shared_ptr<CallImpl> make_call(KernelFn kernel, std::vector<ShapeDtype> out_shapes, CallOptions options) {
   auto c = std::make_shared<CallImpl>();

@@ -9,6 +9,10 @@
 
 #include "palladium/call.h"
 
+namespace palladium::ir {
+struct Kernel;
+}
+
 namespace palladium::detail {
 
 class CallImpl {
@@ -42,5 +46,7 @@ struct CallDesc {
 };
 
 CallDesc describe(const CallImpl& call, const InputTypes& inputs);
+// The kernel IR of one call for a description (call.cc); the partitioner reads its index maps.
+ir::Kernel trace_kernel(const CallImpl& call, const CallDesc& d);
 
 }  // namespace palladium::detail

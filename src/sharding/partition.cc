@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "core/grid_mapping.h"
 #include "program/families.h"
 #include "sharding/sharding.h"
 
@@ -289,7 +290,7 @@ class Partitioner {
     }
     std::vector<Sharding> made;
     for (int o = 0; o < static_cast<int>(e.outs.size()); ++o) made.push_back(layout(e, factors, axes, n + o));
-    std::vector<int> outs = emit_all(e.prim, local_params(e, made), ins);
+    std::vector<int> outs = emit_all(e.prim, local_params(e, made, factors, axes), ins);
     // Partial results of split contracting factors.
     std::vector<int> partial;
     for (size_t f = 0; f < factors.size(); ++f)
@@ -316,8 +317,28 @@ class Partitioner {
   }
 
   // The equation's params on local shapes.
-  Params local_params(const Eqn& e, const std::vector<Sharding>& made) const {
+  Params local_params(const Eqn& e, const std::vector<Sharding>& made, const std::vector<Factor>& factors,
+                      const std::vector<std::vector<int>>& axes) const {
     Params q = e.params;
+    if (e.prim == Prim::pallas_call) {
+      // The same kernel over this device's slice of the split grid axes, on its pieces.
+      bool split = false;
+      for (size_t f = 0; f < factors.size(); ++f) split = split || (factors[f].grid_axis >= 0 && !axes[f].empty());
+      if (!split) return q;
+      const auto& global_call = *static_cast<const detail::CallImpl*>(q.callee.get());
+      CallOptions options = global_call.options;
+      for (size_t f = 0; f < factors.size(); ++f)
+        if (factors[f].grid_axis >= 0 && !axes[f].empty())
+          options.grid.at(static_cast<size_t>(factors[f].grid_axis)) /= group_size(axes[f]);
+      std::vector<ShapeDtype> outs = global_call.out_shapes;
+      for (size_t o = 0; o < made.size(); ++o) {
+        const Shape local = made[o].local_shape(g_.type(e.outs[o]).shape);
+        outs.at(o).shape = local;
+        q.out_types.at(o).shape = local;
+      }
+      q.callee = detail::make_call(global_call.kernel, std::move(outs), std::move(options));
+      return q;
+    }
     const Shape out_local = made[0].local_shape(g_.type(e.outs[0]).shape);
     switch (program::family_of(e.prim)) {
       case Family::broadcast: case Family::full: case Family::iota: case Family::reshape: case Family::dynamic_slice:

@@ -54,6 +54,7 @@ Array make_sharded(const Shape& global, DType dtype, const Sharding& s, std::vec
 struct Factor {
   std::vector<std::pair<int, int>> dims;
   bool contracting = false;  // in operands only: split, it leaves partial results to combine
+  int grid_axis = -1;        // pallas_call: the grid axis whose programs the factor's blocks follow
 };
 using FactorRule = std::vector<Factor> (*)(const program::Eqn& e, const program::Program& p);
 FactorRule factor_rule(program::Prim p);

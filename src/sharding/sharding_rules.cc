@@ -2,7 +2,12 @@
 // dimensions of its operands (value index < number of operands) and results (value index counted
 // on from there) are one index space. Dimensions in no factor stay whole on every device.
 #include <algorithm>
+#include <functional>
+#include <map>
+#include <mutex>
 
+#include "core/grid_mapping.h"
+#include "ir/ir.h"
 #include "program/families.h"
 #include "sharding/sharding.h"
 
@@ -150,8 +155,132 @@ Factors factors_unchanged_dims(const Eqn& e, const Program& p) {
   return fs;
 }
 
-// A kernel runs replicated for now: its grid is not split yet.
-Factors factors_pallas_call(const Eqn&, const Program&) { return {}; }
+// pallas_call: grid axis g is a factor when every block's origin along some dimensions is exactly
+// program_id(g) * block (the index_map returns program_id(g) there), the grid covers those
+// dimensions exactly, every output follows g (no program of g revisits another's output), and
+// nothing else in the kernel reads program_id(g) or num_programs(g). Then each device can run its
+// slice of g on its own pieces, unchanged: the index maps give local block indices.
+std::vector<std::vector<std::pair<int, int>>> grid_factor_dims(const detail::CallImpl& call,
+                                                               const detail::CallDesc& d, const ir::Kernel& k) {
+  std::map<ir::ValueId, const ir::Inst*> def;
+  std::map<ir::ValueId, int> uses;
+  std::vector<const ir::Inst*> pid_insts;
+  bool reads_num_programs = false;
+  std::function<void(const ir::Region&)> walk = [&](const ir::Region& r) {
+    for (const ir::Inst& i : r.body) {
+      for (ir::ValueId v : i.results) def[v] = &i;
+      for (ir::ValueId v : i.operands) ++uses[v];
+      if (i.op == ir::Op::ProgramId) pid_insts.push_back(&i);
+      if (i.op == ir::Op::NumPrograms) reads_num_programs = true;
+      for (const ir::Region& sub : i.regions) walk(sub);
+    }
+  };
+  walk(k.body);
+  auto const_int = [&](ir::ValueId v, int64_t* out) {
+    auto it = def.find(v);
+    if (it == def.end() || it->second->op != ir::Op::Const) return false;
+    *out = is_float(k.type(v).dtype) ? static_cast<int64_t>(it->second->f) : it->second->i0;
+    return true;
+  };
+  // The grid axis an origin follows (-1: none); `via` receives the mul it goes through, if any.
+  auto follows = [&](ir::ValueId origin, int64_t block, const ir::Inst** via) -> int {
+    auto it = def.find(origin);
+    if (it == def.end()) return -1;
+    const ir::Inst* i = it->second;
+    *via = nullptr;
+    if (i->op == ir::Op::ProgramId) return block == 1 ? static_cast<int>(i->i0) : -1;
+    if (i->op != ir::Op::Mul || i->operands.size() != 2) return -1;
+    for (int side = 0; side < 2; ++side) {
+      auto p = def.find(i->operands[static_cast<size_t>(side)]);
+      int64_t c = 0;
+      if (p != def.end() && p->second->op == ir::Op::ProgramId && const_int(i->operands[static_cast<size_t>(1 - side)], &c) &&
+          c == block) {
+        *via = i;
+        return static_cast<int>(p->second->i0);
+      }
+    }
+    return -1;
+  };
+  std::vector<std::vector<std::pair<int, int>>> out(k.grid.size());
+  if (reads_num_programs || call.inner) return out;
+  // Operand index of each ref in the equation (None inputs are not operands).
+  std::vector<int> operand_of_input(d.inputs.size(), -1);
+  int next = 0;
+  for (size_t i = 0; i < d.inputs.size(); ++i)
+    if (d.inputs[i]) operand_of_input[i] = next++;
+  const int num_operands = next;
+  for (size_t g = 0; g < k.grid.size(); ++g) {
+    std::map<const ir::Inst*, int> origin_muls;  // mul -> times it is an origin
+    std::vector<std::pair<int, int>> dims;
+    bool ok = true;
+    int origin_uses_of_pid = 0;
+    for (const ir::RefParam& r : k.refs) {
+      int following = 0;
+      for (size_t dim = 0; dim < r.origin.size(); ++dim) {
+        const ir::Inst* via = nullptr;
+        if (follows(r.origin[dim], r.block_shape[dim], &via) != static_cast<int>(g)) continue;
+        ++following;
+        if (via) ++origin_muls[via];
+        else ++origin_uses_of_pid;
+        ok = ok && r.array_shape[dim] == k.grid[g] * r.block_shape[dim] && uses[r.origin[dim]] == 0;
+        const int value = r.is_output ? num_operands + r.operand : operand_of_input.at(static_cast<size_t>(r.operand));
+        dims.push_back({value, static_cast<int>(dim)});
+      }
+      if (following > 1 || (r.is_output && following == 0)) ok = false;
+    }
+    // program_id(g) feeds nothing but those origins.
+    for (const ir::Inst* p : pid_insts) {
+      if (p->i0 != static_cast<int64_t>(g)) continue;
+      int allowed = 0;
+      for (auto [mul, n] : origin_muls) {
+        (void)n;
+        for (ir::ValueId v : mul->operands) allowed += v == p->results[0] ? 1 : 0;
+      }
+      ok = ok && uses[p->results[0]] == allowed;
+    }
+    (void)origin_uses_of_pid;
+    if (ok && !dims.empty()) out[g] = std::move(dims);
+  }
+  return out;
+}
+
+Factors factors_pallas_call(const Eqn& e, const Program& p) {
+  const auto* call = static_cast<const detail::CallImpl*>(e.params.callee.get());
+  if (call == nullptr || call->inner) return {};
+  // Traced once per call and operand types (rules are asked several times per partitioning).
+  detail::InputTypes types;
+  size_t next = 0;
+  const size_t total = e.ins.size() + e.params.axes.size();
+  for (size_t i = 0; i < total; ++i) {
+    if (std::find(e.params.axes.begin(), e.params.axes.end(), static_cast<int64_t>(i)) != e.params.axes.end()) {
+      types.push_back(std::nullopt);
+      continue;
+    }
+    const program::Type& t = p.type(e.ins.at(next++));
+    types.push_back(ShapeDtype(t.shape, t.dtype));
+  }
+  static std::mutex mu;
+  static std::map<std::pair<const void*, std::string>, std::vector<std::vector<std::pair<int, int>>>> cache;
+  std::string key;
+  for (const auto& t : types) key += t ? std::string(dtype_short_name(t->dtype)) + shape_str(t->shape) : "none";
+  std::vector<std::vector<std::pair<int, int>>> grid_dims;
+  bool found = false;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find({call, key});
+    if (it != cache.end()) grid_dims = it->second, found = true;
+  }
+  if (!found) {
+    const detail::CallDesc d = detail::describe(*call, types);
+    grid_dims = grid_factor_dims(*call, d, detail::trace_kernel(*call, d));
+    std::lock_guard<std::mutex> lock(mu);
+    cache[{call, key}] = grid_dims;
+  }
+  Factors fs;
+  for (size_t g = 0; g < grid_dims.size(); ++g)
+    if (!grid_dims[g].empty()) fs.push_back({grid_dims[g], false, static_cast<int>(g)});
+  return fs;
+}
 
 Factors factors_none(const Eqn&, const Program&) { return {}; }
 

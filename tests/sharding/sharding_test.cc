@@ -7,6 +7,7 @@
 
 #include <thread>
 
+#include "ops/attention.h"
 #include "palladium/palladium.h"
 #include "sharding/communicator.h"
 #include "tests/support/test_support.h"
@@ -375,6 +376,75 @@ TEST(Sharding, CommunicatorTimesOutNamingMissingDevices) {
   EXPECT_THAT_ERROR(comm.exchange(0, {0, 1, 2}, randn({2}, 26), "all_reduce"),
                     "all_reduce timed out: device 0 waited 0.2");
   EXPECT_THAT_ERROR(comm.exchange(1, {0, 1, 2}, randn({2}, 27), "all_reduce"), "all_reduce timed out");
+}
+
+}  // namespace
+
+namespace {
+
+// pallas_call along its grid: a row-block kernel split with its rows runs on each device's rows
+// with no communication; a kernel that reads program_id itself runs on gathered inputs.
+TEST(ShardingKernels, PallasCallSplitsAlongItsGrid) {
+  NEED_CPU_DEVICES(2);
+  auto rows = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::jnp::exp(x[pl::all]) * 2.0f; },
+                              pl::ShapeDtype({8, 8}, pl::f32),
+                              {.grid = {4}, .in_specs = {pl::BlockSpec({2, 8}, [](pl::Value i) { return std::make_tuple(i, 0); })},
+                               .out_specs = {pl::BlockSpec({2, 8}, [](pl::Value i) { return std::make_tuple(i, 0); })},
+                               .name = "rows"});
+  auto f = [rows](const Array& x) { return rows(x) + 1.0; };
+  Array x = randn({8, 8}, 30);
+  auto g = pl::sharded_jit(f, PartitionSpec(2, 1), PartitionSpec(2, 1));
+  EXPECT_TRUE(pl::array_equal(pl::to_host(g(x)), pl::jit(f)(x)));
+  const std::string low = g.lower(x);
+  EXPECT_TRUE(contains(low, "pallas_call rows")) << low;
+  EXPECT_FALSE(contains(low, "all_gather")) << low;
+  EXPECT_TRUE(contains(low, "%1:f32[4,8] = pallas_call[name=rows](%0)")) << low;  // half the grid, on the pieces
+
+  // The same blocks, but the kernel adds its program index: it cannot run on a slice of the grid.
+  auto indexed = pl::pallas_call(
+      [](pl::Ref xr, pl::Ref o) { o[pl::all] = xr[pl::all] + pl::jnp::astype(pl::program_id(0), pl::f32); },
+      pl::ShapeDtype({8, 8}, pl::f32),
+      {.grid = {4}, .in_specs = {pl::BlockSpec({2, 8}, [](pl::Value i) { return std::make_tuple(i, 0); })},
+       .out_specs = {pl::BlockSpec({2, 8}, [](pl::Value i) { return std::make_tuple(i, 0); })}, .name = "indexed"});
+  auto h = pl::sharded_jit([indexed](const Array& a) { return indexed(a); }, PartitionSpec(2, 1), PartitionSpec(2, 1));
+  EXPECT_TRUE(pl::array_equal(pl::to_host(h(x)), indexed(x)));
+  const std::string low2 = h.lower(x);
+  EXPECT_TRUE(contains(low2, "all_gather")) << low2;
+}
+
+// The seed's attention sharded over heads and over batch: every kernel (forward and, under grad,
+// backward) runs on its own heads; nothing moves between devices.
+TEST(ShardingKernels, AttentionShardedOverHeadsAndBatch) {
+  NEED_CPU_DEVICES(2);
+  pl::ops::MhaOptions o;
+  o.block_q = 16;
+  o.block_k = 16;
+  o.backward_block = 16;
+  o.sm_scale = 0.25f;
+  o.causal = true;
+  auto attention = [o](const Array& q, const Array& k, const Array& v) { return pl::ops::mha(q, k, v, Array(), o); };
+  Array q = randn({2, 32, 4, 16}, 31), k = randn({2, 32, 4, 16}, 32), v = randn({2, 32, 4, 16}, 33);
+  Array ref = pl::jit(attention)(q, k, v);
+  for (const PartitionSpec& spec : {PartitionSpec(1, 1, 2, 1), PartitionSpec(2, 1, 1, 1)}) {
+    auto g = pl::sharded_jit(attention, {spec, spec, spec}, spec);
+    EXPECT_TRUE(pl::array_equal(pl::to_host(g(q, k, v)), ref)) << spec.str();
+    const std::string low = g.lower(q, k, v);
+    for (const char* c : {"all_gather", "all_reduce", "all_to_all", "shard_slice"})
+      EXPECT_FALSE(contains(low, std::string("= ") + c)) << spec.str() << "\n" << low;
+  }
+  auto loss = [attention](const Array& q_, const Array& k_, const Array& v_) {
+    return pl::jnp::sum(pl::jnp::square(attention(q_, k_, v_)));
+  };
+  auto grads = [loss](const Array& q_, const Array& k_, const Array& v_) { return pl::grad<0, 1, 2>(loss)(q_, k_, v_); };
+  const PartitionSpec heads(1, 1, 2, 1);
+  auto g = pl::sharded_jit(grads, {heads, heads, heads}, heads);
+  auto [dq, dk, dv] = g(q, k, v);
+  auto [dq1, dk1, dv1] = pl::jit(grads)(q, k, v);
+  EXPECT_TRUE(pl::array_equal(pl::to_host(dq), dq1));
+  EXPECT_TRUE(pl::array_equal(pl::to_host(dk), dk1));
+  EXPECT_TRUE(pl::array_equal(pl::to_host(dv), dv1));
+  const std::string low = g.lower(q, k, v);
+  EXPECT_FALSE(contains(low, "= all_gather")) << low;
 }
 
 }  // namespace
