@@ -3,7 +3,7 @@
 # is for). Installs only what is missing, so it is quick on a machine that has them.
 set -euo pipefail
 packages=(cmake ninja-build g++ clang libgtest-dev libgmock-dev libbenchmark-dev python3 python3-venv python3-pip
-          libopenblas-dev)
+          libopenblas-dev openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

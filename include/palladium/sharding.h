@@ -16,10 +16,27 @@
 
 namespace palladium {
 
-// Every device of this process: each CUDA GPU; without GPUs, PALLADIUM_CPU_DEVICES=N virtual CPU
-// devices (default 1), which share the host's memory and run on one thread each.
+// Every device: each CUDA GPU of this process; without GPUs, PALLADIUM_CPU_DEVICES=N virtual CPU
+// devices (default 1), which share the host's memory and run on one thread each. After
+// distributed::initialize() in several processes: every process's devices, process by process.
 std::vector<Device> devices();
 int device_count();
+// The devices of this process (all of them in a single process).
+std::vector<Device> local_devices();
+int local_device_count();
+
+// Several processes, started by mpirun: initialize() joins them (MPI, with the device threads of
+// each process talking through it). Every process brings the same number of devices. A sharded
+// Array's pieces then live in the processes that own their devices, and to_host(x) gathers them:
+// in a multi-process run every process must call it, in the same order (it is a collective).
+namespace distributed {
+void initialize();
+bool is_initialized();
+int process_index();  // 0 in a single process
+int process_count();  // 1 in a single process
+}  // namespace distributed
+// A device's name in a list of devices: "cpu:0" for the first CPU device (Device::str says "cpu").
+std::string device_name(Device d);
 
 // Devices in an n-dimensional array with named axes (jax.sharding.Mesh).
 class Mesh {

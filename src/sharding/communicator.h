@@ -28,6 +28,9 @@ class Communicator {
   virtual void abort(const std::string& why) = 0;
 };
 
+// How long a device waits in a collective: PALLADIUM_COLLECTIVE_TIMEOUT_S (default 300 s).
+std::chrono::milliseconds collective_timeout();
+
 // Between threads of one process. A device waiting longer than the timeout
 // (PALLADIUM_COLLECTIVE_TIMEOUT_S, default 300 s) fails naming the devices it waited for.
 class InProcessCommunicator final : public Communicator {

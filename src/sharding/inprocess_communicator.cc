@@ -7,9 +7,7 @@
 
 namespace palladium::sharding {
 
-namespace {
-
-std::chrono::milliseconds timeout_from_env() {
+std::chrono::milliseconds collective_timeout() {
   const char* v = std::getenv("PALLADIUM_COLLECTIVE_TIMEOUT_S");
   if (v == nullptr || *v == '\0') return std::chrono::milliseconds(300'000);
   char* end = nullptr;
@@ -19,12 +17,14 @@ std::chrono::milliseconds timeout_from_env() {
   return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
 }
 
+namespace {
+
 thread_local const SpmdContext* t_context = nullptr;
 
 }  // namespace
 
 InProcessCommunicator::InProcessCommunicator(int64_t devices)
-    : sequence_(static_cast<size_t>(devices), 0), timeout_(timeout_from_env()) {}
+    : sequence_(static_cast<size_t>(devices), 0), timeout_(collective_timeout()) {}
 
 std::vector<Array> InProcessCommunicator::exchange(int64_t position, const std::vector<int64_t>& group,
                                                    const Array& mine, const std::string& what) {

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "palladium/device.h"
+#include "sharding/distributed.h"
 #include "sharding/sharding.h"
 
 namespace palladium::sharding {
@@ -142,7 +143,15 @@ Array piece_of(const Array& host, const Sharding& s, int64_t position) {
 Array assemble(const Shape& global, DType dtype, const Sharding& s, const std::vector<Array>& pieces) {
   Array out(global, dtype);
   for (int64_t p = 0; p < static_cast<int64_t>(pieces.size()); ++p) {
-    Array piece = to_host(pieces[static_cast<size_t>(p)]);
+    const Array& given = pieces[static_cast<size_t>(p)];
+    Array piece;
+    if (multi_process()) {
+      // Pieces of other processes' devices arrive from their owners (every process takes part).
+      piece = given.defined() ? to_host(given).copy() : Array(s.local_shape(global), dtype);
+      broadcast_from(piece, owner_process(s.mesh->devices()[static_cast<size_t>(p)]));
+    } else {
+      piece = to_host(given);
+    }
     copy_block(out, piece, offsets_of(global, s, p), false, &out);
   }
   return out;
@@ -218,7 +227,7 @@ std::string layout_str(const Array& x) {
   os << n.spec.str() << " over " << n.mesh.str() << ", global " << dtype_short_name(x.dtype()) << shape_str(x.shape())
      << "\n";
   for (int64_t p = 0; p < n.mesh.size(); ++p) {
-    os << "  " << n.mesh.devices()[static_cast<size_t>(p)].str() << "  [";
+    os << "  " << device_name(n.mesh.devices()[static_cast<size_t>(p)]) << "  [";
     for (size_t d = 0; d < local.size(); ++d) {
       const int64_t start = s.piece_index(d, p) * local[d];
       os << (d ? ", " : "") << start << ":" << start + local[d];
@@ -230,7 +239,11 @@ std::string layout_str(const Array& x) {
 
 namespace detail {
 
-Device first_piece_device(const ShardedValue& v) { return v.pieces.empty() ? Device{} : v.pieces.front().device(); }
+Device first_piece_device(const ShardedValue& v) {
+  for (const Array& p : v.pieces)
+    if (p.defined()) return p.device();
+  return Device{};
+}
 
 void sharded_data_error(const char* what, const Array& a) {
   throw Error(std::string(what) + ": the array is sharded over " + std::to_string(a.sharded()->pieces.size()) +

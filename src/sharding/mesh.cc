@@ -6,13 +6,17 @@
 
 #include "palladium/device.h"
 #include "palladium/sharding.h"
+#include "sharding/distributed.h"
 
 namespace palladium {
 
 namespace {
 
+}  // namespace
+
+namespace sharding {
 // PALLADIUM_CPU_DEVICES: the number of virtual CPU devices (read at each call, so tests can set it).
-int64_t virtual_cpu_devices() {
+int64_t cpu_devices_from_env() {
   const char* v = std::getenv("PALLADIUM_CPU_DEVICES");
   if (v == nullptr || *v == '\0') return 1;
   char* end = nullptr;
@@ -21,6 +25,9 @@ int64_t virtual_cpu_devices() {
     throw Error(std::string("PALLADIUM_CPU_DEVICES='") + v + "' is not a device count between 1 and 4096");
   return n;
 }
+}  // namespace sharding
+
+namespace {
 
 std::string quoted_names(const std::vector<std::string>& names) {
   std::string s;
@@ -37,12 +44,24 @@ std::vector<Device> devices() {
     for (int i = 0; i < gpus; ++i) out.push_back(Device{Device::cuda, i});
     return out;
   }
-  const int64_t n = virtual_cpu_devices();
+  const int64_t n = sharding::multi_process() ? sharding::devices_per_process() * distributed::process_count()
+                                              : sharding::cpu_devices_from_env();
   for (int64_t i = 0; i < n; ++i) out.push_back(Device{Device::cpu, static_cast<int>(i)});
   return out;
 }
 
 int device_count() { return static_cast<int>(devices().size()); }
+
+std::vector<Device> local_devices() {
+  std::vector<Device> out;
+  for (const Device& d : devices())
+    if (sharding::is_local(d)) out.push_back(d);
+  return out;
+}
+
+int local_device_count() { return static_cast<int>(local_devices().size()); }
+
+std::string device_name(Device d) { return d.kind == Device::cpu ? "cpu:" + std::to_string(d.index) : d.str(); }
 
 Mesh::Mesh(std::vector<Device> devices, Shape shape, std::vector<std::string> axis_names)
     : devices_(std::move(devices)), shape_(std::move(shape)), names_(std::move(axis_names)) {
@@ -82,7 +101,7 @@ std::string Mesh::str() const {
   for (size_t i = 0; i < names_.size(); ++i) s += (i ? ", '" : "'") + names_[i] + "'=" + std::to_string(shape_[i]);
   s += ") over ";
   if (devices_.empty()) return s + "no devices";
-  return s + devices_.front().str() + (devices_.size() > 1 ? ".." + devices_.back().str() : "");
+  return s + device_name(devices_.front()) + (devices_.size() > 1 ? ".." + device_name(devices_.back()) : "");
 }
 
 Mesh make_mesh(Shape shape, std::vector<std::string> axis_names) {

@@ -115,7 +115,8 @@ std::vector<Array> shard_map_call(const std::string& name, const FlatFn& f, cons
     Shape global = t.shape;
     for (size_t d = 0; d < global.size(); ++d) global[d] *= s.pieces(d);
     std::vector<Array> pieces;
-    for (int64_t p = 0; p < n; ++p) pieces.push_back(outs[static_cast<size_t>(p)][o]);
+    for (int64_t p = 0; p < n; ++p)  // undefined where another process owns the device
+      pieces.push_back(outs[static_cast<size_t>(p)].empty() ? Array() : outs[static_cast<size_t>(p)][o]);
     results.push_back(sharding::make_sharded(global, t.dtype, s, std::move(pieces)));
   }
   return results;

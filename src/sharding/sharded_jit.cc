@@ -197,11 +197,23 @@ std::shared_ptr<detail::ShardedJitState::Entry> entry(detail::ShardedJitState& s
     throw Error("sharded_jit computation requires " + std::to_string(nparts) + " devices, but only " +
                 std::to_string(available) + " devices are available." +
                 (available == 1 ? " (set PALLADIUM_CPU_DEVICES for virtual CPU devices)" : ""));
-  // One process: every device is local, so local_num_partitions can only restate num_partitions.
-  if (s.options.local_num_partitions && *s.options.local_num_partitions != nparts)
-    throw Error("sharded_jit: local_num_partitions=" + std::to_string(*s.options.local_num_partitions) +
-                " differs from the " + std::to_string(nparts) +
-                " partitions of the call, but this process holds every device (a single-process run)");
+  // The seed's checks for calls across processes.
+  const int64_t local = local_device_count();
+  if (local < nparts && nparts < available)
+    throw Error("sharded_jit across multiple hosts must use all available devices. Got " + std::to_string(nparts) +
+                " out of " + std::to_string(available) + " requested devices (local device count: " +
+                std::to_string(local) + ")");
+  std::optional<int64_t> local_nparts = s.options.local_num_partitions;
+  if (!local_nparts) {
+    if (nparts > local)
+      throw Error("Specify 'local_nparts' when using cross-process sharded_jit and all inputs and outputs are "
+                  "replicated. (sharded_jit: " + std::to_string(nparts) + " partitions, " + std::to_string(local) +
+                  " local devices; set ShardedJitOptions::local_num_partitions)");
+    local_nparts = nparts;
+  }
+  if (*local_nparts > local)
+    throw Error("sharded_jit computation requires " + std::to_string(*local_nparts) + " local devices, but only " +
+                std::to_string(local) + " local devices are available.");
   auto mesh = call_mesh(all, nparts);
   // Constraints resolved against the call's mesh.
   for (program::Eqn& e : g.eqns)
@@ -264,8 +276,9 @@ std::vector<Array> sharded_jit_call(ShardedJitState& s, const std::string& key, 
   const auto outs = sharding::run_spmd(*e->exe, e->mesh, per_device, s.options.name);
   std::vector<Array> results;
   for (size_t o = 0; o < e->parts.out.size(); ++o) {
-    std::vector<Array> pieces;
-    for (int64_t p = 0; p < n; ++p) pieces.push_back(outs[static_cast<size_t>(p)][o]);
+    std::vector<Array> pieces;  // undefined where another process owns the device
+    for (int64_t p = 0; p < n; ++p)
+      pieces.push_back(outs[static_cast<size_t>(p)].empty() ? Array() : outs[static_cast<size_t>(p)][o]);
     const program::Type& t = e->traced.type(e->traced.outputs[o]);
     results.push_back(sharding::make_sharded(t.shape, t.dtype, e->parts.out[o], std::move(pieces)));
   }

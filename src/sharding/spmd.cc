@@ -1,4 +1,4 @@
-// Running a per-device program: compiled once, run by one thread per device of the mesh, each
+// Running a per-device program: compiled once, run by one thread per local device of the mesh, each
 // with its SPMD context (position, communicator). The first failure aborts the communicator, so
 // devices blocked in a collective fail too instead of waiting forever; the call reports that
 // first failure, naming its device.
@@ -7,6 +7,7 @@
 
 #include "program/executor.h"
 #include "sharding/communicator.h"
+#include "sharding/distributed.h"
 #include "sharding/sharding.h"
 
 namespace palladium::sharding {
@@ -22,7 +23,8 @@ std::shared_ptr<program::Executable> compile_spmd(const program::Program& local,
 std::vector<std::vector<Array>> run_spmd(const program::Executable& exe, const std::shared_ptr<const Mesh>& mesh,
                                          const std::vector<std::vector<Array>>& inputs, const std::string& what) {
   const int64_t n = mesh->size();
-  InProcessCommunicator comm(n);
+  std::unique_ptr<Communicator> comm_owner = make_communicator(*mesh);
+  Communicator& comm = *comm_owner;
   std::vector<std::vector<Array>> outs(static_cast<size_t>(n));
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
   std::vector<bool> first(static_cast<size_t>(n), false);
@@ -39,20 +41,24 @@ std::vector<std::vector<Array>> run_spmd(const program::Executable& exe, const s
       if (!failed) {
         failed = true;
         first[static_cast<size_t>(pos)] = true;
-        comm.abort("device " + mesh->devices()[static_cast<size_t>(pos)].str() + " failed: " + e.what());
+        comm.abort("device " + device_name(mesh->devices()[static_cast<size_t>(pos)]) + " failed: " + e.what());
       }
     }
   };
+  // This process's devices: one thread each (the caller runs the first).
+  std::vector<int64_t> mine;
+  for (int64_t p = 0; p < n; ++p)
+    if (is_local(mesh->devices()[static_cast<size_t>(p)])) mine.push_back(p);
   std::vector<std::thread> threads;
-  for (int64_t p = 1; p < n; ++p) threads.emplace_back(body, p);
-  body(0);
+  for (size_t i = 1; i < mine.size(); ++i) threads.emplace_back(body, mine[i]);
+  if (!mine.empty()) body(mine[0]);
   for (std::thread& t : threads) t.join();
   for (int64_t p = 0; p < n; ++p)
     if (first[static_cast<size_t>(p)]) {
       try {
         std::rethrow_exception(errors[static_cast<size_t>(p)]);
       } catch (const Error& e) {
-        throw Error(what + " on device " + mesh->devices()[static_cast<size_t>(p)].str() + ": " + e.what());
+        throw Error(what + " on device " + device_name(mesh->devices()[static_cast<size_t>(p)]) + ": " + e.what());
       }
     }
   return outs;

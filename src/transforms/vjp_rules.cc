@@ -198,7 +198,10 @@ Arrays vjp_cond(const Eqn& e, const Arrays&, const Arrays&, const Arrays&) {
 }
 
 // ---- partitioning: a constraint is an identity; each collective's transpose is its dual ----
-Arrays vjp_sharding_constraint(const Eqn&, const Arrays&, const Arrays&, const Arrays& cts) { return {cts[0]}; }
+// As the seed's deflinear2: the cotangent is constrained the same way.
+Arrays vjp_sharding_constraint(const Eqn& e, const Arrays&, const Arrays&, const Arrays& cts) {
+  return cts[0].defined() ? Arrays{bind1(Prim::sharding_constraint, e.params, {cts[0]})} : Arrays(1);
+}
 Arrays rebind_on_ct(const Eqn&, Prim prim, Params q, const Arrays& cts) {
   if (!cts[0].defined()) return Arrays(1);
   return {bind1(prim, std::move(q), {cts[0]})};
