@@ -10,6 +10,7 @@
 
 #include "core/grid_mapping.h"
 #include "program/families.h"
+#include "transforms/transforms.h"
 #include "sharding/sharding.h"
 
 namespace palladium::sharding {
@@ -277,6 +278,7 @@ class Partitioner {
       cur_[static_cast<size_t>(out)] = want;
       return;
     }
+    if (e.prim == Prim::scan) return scan_equation(e);
     const std::vector<Factor> factors = factor_rule(e.prim)(e, g_);
     // Of the two ways to settle clashes, the one that moves fewer bytes.
     std::vector<std::vector<int>> axes = assign(e, factors, false);
@@ -309,6 +311,46 @@ class Partitioner {
         outs[0] = emit(Prim::all_reduce, q, {outs[0]});
       }
     }
+    for (size_t o = 0; o < e.outs.size(); ++o) {
+      const int var = e.outs[o];
+      local_[static_cast<size_t>(var)] = reshard(outs[o], g_.type(var), made[o], wanted(var));
+      cur_[static_cast<size_t>(var)] = wanted(var);
+    }
+  }
+
+  // A scan runs on pieces when its body does: the body is partitioned with the carries laid out as
+  // their propagated shardings (and made to return them so, for the next step), the consts as
+  // they are, and each x slice as its xs without the time dimension (which stays whole).
+  void scan_equation(const Eqn& e) {
+    const size_t n_const = static_cast<size_t>(e.params.count2), n_carry = static_cast<size_t>(e.params.count);
+    const Program& body = *e.params.regions.at(0);
+    std::vector<Sharding> body_in;
+    std::vector<std::optional<Sharding>> body_out(body.outputs.size());
+    std::vector<int> ins;
+    for (size_t i = 0; i < e.ins.size(); ++i) {
+      const int var = e.ins[i];
+      Sharding want = cur_[static_cast<size_t>(var)];
+      if (i >= n_const && i < n_const + n_carry) want = sh_[static_cast<size_t>(e.outs[i - n_const])];
+      if (i >= n_const + n_carry) want.dims[0].clear();  // time
+      ins.push_back(reshard(local_[static_cast<size_t>(var)], g_.type(var), cur_[static_cast<size_t>(var)], want));
+      Sharding step = want;
+      if (i >= n_const + n_carry) step.dims.erase(step.dims.begin());
+      body_in.push_back(step);
+      if (i >= n_const && i < n_const + n_carry) body_out[i - n_const] = step;
+    }
+    Partitioned part = partition(body, body_in, body_out, mesh_);
+    part.local = program::optimize(part.local);
+    Params q = e.params;
+    q.out_types.clear();
+    std::vector<Sharding> made;
+    for (size_t o = 0; o < e.outs.size(); ++o) {
+      Sharding s = part.out[o];
+      if (o >= n_carry) s.dims.insert(s.dims.begin(), std::vector<int>{});
+      q.out_types.push_back({s.local_shape(g_.type(e.outs[o]).shape), g_.type(e.outs[o]).dtype});
+      made.push_back(std::move(s));
+    }
+    q.regions = {std::make_shared<Program>(std::move(part.local))};
+    std::vector<int> outs = emit_all(Prim::scan, std::move(q), ins);
     for (size_t o = 0; o < e.outs.size(); ++o) {
       const int var = e.outs[o];
       local_[static_cast<size_t>(var)] = reshard(outs[o], g_.type(var), made[o], wanted(var));

@@ -282,6 +282,28 @@ Factors factors_pallas_call(const Eqn& e, const Program& p) {
   return fs;
 }
 
+// scan (ins: consts, carries, xs; outs: carries, ys): a carry's result lies as its initial value
+// (the partitioner makes the body keep it so); the time dimension stays whole. For propagation
+// only, a ys that has the shape of an xs (or of a carry, per step) is guessed to lie as that one;
+// the partitioner takes the body's real layout and reshards if the guess was wrong.
+Factors factors_scan(const Eqn& e, const Program& p) {
+  const int n_in = operands(e);
+  const int n_const = static_cast<int>(e.params.count2), n_carry = static_cast<int>(e.params.count);
+  Factors fs;
+  for (int k = 0; k < n_carry; ++k)
+    for (int d = 0; d < static_cast<int>(in_shape(e, p, static_cast<size_t>(n_const + k)).size()); ++d)
+      fs.push_back({{{n_const + k, d}, {n_in + k, d}}, false});
+  for (int j = n_carry; j < static_cast<int>(e.outs.size()); ++j) {
+    const Shape& ys = out_shape(e, p, static_cast<size_t>(j));
+    for (int i = n_const + n_carry; i < n_in; ++i) {
+      if (in_shape(e, p, static_cast<size_t>(i)) != ys) continue;
+      for (int d = 1; d < static_cast<int>(ys.size()); ++d) fs.push_back({{{i, d}, {n_in + j, d}}, false});
+      break;
+    }
+  }
+  return fs;
+}
+
 Factors factors_none(const Eqn&, const Program&) { return {}; }
 
 const FactorRule kRules[] = {

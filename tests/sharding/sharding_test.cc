@@ -448,3 +448,45 @@ TEST(ShardingKernels, AttentionShardedOverHeadsAndBatch) {
 }
 
 }  // namespace
+
+namespace {
+
+// scan on pieces: the IndRNN recurrence split over features runs its loop on each device's
+// features with no communication; a body that needs a sum over the split dimension all-reduces
+// inside the loop.
+TEST(ShardingScan, ScanBodiesArePartitioned) {
+  NEED_CPU_DEVICES(4);
+  auto indrnn = [](const Array& x, const Array& u, const Array& h0) {
+    return pl::scan([&u](const Array& h, const Array& xt) {
+      Array next = pl::nn::relu(u * h + xt);
+      return std::make_pair(next, next);
+    }, h0, x);
+  };
+  Array x = randn({6, 2, 8}, 40), u = randn({8}, 41), h0 = randn({2, 8}, 42);
+  auto g = pl::sharded_jit(indrnn, {PartitionSpec(1, 1, 4), PartitionSpec(4), PartitionSpec(1, 4)},
+                           {PartitionSpec(1, 4), PartitionSpec(1, 1, 4)});
+  auto [h, hs] = g(x, u, h0);
+  auto [h1, hs1] = pl::jit(indrnn)(x, u, h0);
+  EXPECT_TRUE(pl::array_equal(pl::to_host(h), h1));
+  EXPECT_TRUE(pl::array_equal(pl::to_host(hs), hs1));
+  const std::string low = g.lower(x, u, h0);
+  for (const char* c : {"all_gather", "all_reduce", "all_to_all", "shard_slice"})
+    EXPECT_FALSE(contains(low, std::string("= ") + c)) << low;
+
+  auto running = [](const Array& steps, const Array& start) {
+    return pl::scan([](const Array& c, const Array& xt) {
+      Array next = c + pl::jnp::sum(xt * xt);
+      return std::make_pair(next, next);
+    }, start, steps);
+  };
+  Array c0 = randn({}, 43);
+  auto r = pl::sharded_jit(running, {PartitionSpec(1, 1, 4), pl::None}, {pl::None, pl::None});
+  auto [c, cs] = r(x, c0);
+  auto [cref, csref] = pl::jit(running)(x, c0);
+  EXPECT_LT(pl::rel_error(pl::to_host(c), cref.astype(pl::f64)), 1e-6);
+  EXPECT_LT(pl::rel_error(pl::to_host(cs), csref.astype(pl::f64)), 1e-6);
+  const std::string low2 = r.lower(x, c0);
+  EXPECT_TRUE(contains(low2, "all_reduce")) << low2;
+}
+
+}  // namespace
