@@ -140,11 +140,13 @@ std::string layout_str(const Array& x);
 // (or PartitionSpec()) is replicated.
 struct Parts {
   std::optional<PartitionSpec> spec;  // a leaf (nullopt with no children: None)
+  std::optional<NamedSharding> named; // a leaf given as a NamedSharding (jit with shardings)
   std::vector<Parts> children;
   bool is_list = false;
   Parts() = default;
   Parts(NoneTag) {}
   Parts(PartitionSpec s) : spec(std::move(s)) {}
+  Parts(NamedSharding n) : named(std::move(n)) {}
   Parts(std::initializer_list<Parts> list) : children(list), is_list(true) {}
   std::string str() const;
 };
@@ -324,6 +326,19 @@ template <class F> class ShardedJitted {
 template <class F>
 ShardedJitted<F> sharded_jit(F f, Parts in_parts, Parts out_parts, ShardedJitOptions options = {}) {
   return ShardedJitted<F>(std::move(f), std::move(in_parts), std::move(out_parts), std::move(options));
+}
+
+// jit with in_shardings / out_shardings (the modern API): NamedShardings over one mesh, pl::None
+// for replicated, in the same structures as sharded_jit's parts.
+struct JitShardings {
+  Parts in_shardings;
+  Parts out_shardings;
+  std::string name = "jit";
+};
+template <class F> ShardedJitted<F> jit(F f, JitShardings s) {
+  ShardedJitOptions o;
+  o.name = s.name;
+  return ShardedJitted<F>(std::move(f), std::move(s.in_shardings), std::move(s.out_shardings), std::move(o));
 }
 
 // Inside sharded_jit: x with the given sharding (an identity that pins the partitioning; it may

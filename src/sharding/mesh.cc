@@ -174,7 +174,7 @@ NamedSharding::NamedSharding(Mesh m, PartitionSpec s) : mesh(std::move(m)), spec
 std::string NamedSharding::str() const { return "NamedSharding(" + mesh.str() + ", " + spec.str() + ")"; }
 
 std::string Parts::str() const {
-  if (!is_list) return spec ? spec->str() : "None";
+  if (!is_list) return named ? named->str() : spec ? spec->str() : "None";
   std::string s = "(";
   for (size_t i = 0; i < children.size(); ++i) s += (i ? ", " : "") + children[i].str();
   return s + ")";

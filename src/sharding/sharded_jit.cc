@@ -41,13 +41,17 @@ struct TraceScope {
   ~TraceScope() { --t_sharded_traces; }
 };
 
-using Spec = std::optional<PartitionSpec>;  // nullopt: None (replicated)
+// One Array's spec: partition counts (or None), or a NamedSharding.
+struct Spec {
+  std::optional<PartitionSpec> counts;
+  std::optional<NamedSharding> named;
+};
 
 // The spec of every Array under `shape`, as `parts` gives them (a leaf covers a whole subtree).
 void flatten_parts(const Parts& parts, const detail::TreeShape& shape, const std::string& what,
                    std::vector<Spec>& out) {
   if (!parts.is_list) {
-    out.insert(out.end(), shape.leaves, parts.spec);
+    out.insert(out.end(), shape.leaves, Spec{parts.spec, parts.named});
     return;
   }
   if (shape.children.empty() && parts.children.size() == 1) return flatten_parts(parts.children[0], shape, what, out);
@@ -118,7 +122,7 @@ std::shared_ptr<const Mesh> call_mesh(const std::vector<Located>& specs, int64_t
   return std::make_shared<const Mesh>(std::move(all), std::move(sizes), std::move(names));
 }
 
-Sharding counts_sharding(const Spec& spec, const program::Type& t, const std::shared_ptr<const Mesh>& mesh,
+Sharding counts_sharding(const std::optional<PartitionSpec>& spec, const program::Type& t, const std::shared_ptr<const Mesh>& mesh,
                          const std::string& where) {
   const size_t rank = t.shape.size();
   Sharding s = Sharding::replicated(mesh, rank);
@@ -140,7 +144,7 @@ Sharding counts_sharding(const Spec& spec, const program::Type& t, const std::sh
   return s;
 }
 
-void check_spec(const Spec& spec, const program::Type& t, const std::string& where) {
+void check_spec(const std::optional<PartitionSpec>& spec, const program::Type& t, const std::string& where) {
   if (!spec) return;
   if (spec->is_named())
     throw Error("sharded_jit: " + where + " has " + spec->str() +
@@ -165,11 +169,14 @@ std::shared_ptr<detail::ShardedJitState::Entry> entry(detail::ShardedJitState& s
   std::vector<Spec> in_specs;
   flatten_parts(s.in_parts, args, "in_parts", in_specs);
   const std::vector<program::Type> in_types = program::types_of(flat);
-  std::vector<Located> all;
-  for (size_t i = 0; i < in_specs.size(); ++i) {
-    check_spec(in_specs[i], in_types[i], "argument " + std::to_string(i));
-    if (in_specs[i]) all.push_back({*in_specs[i], "argument " + std::to_string(i)});
-  }
+  std::vector<Located> all;                         // partition counts, with where they came from
+  std::vector<std::pair<NamedSharding, std::string>> named;  // NamedShardings (jit with shardings)
+  auto note = [&](const Spec& sp, const program::Type& t, const std::string& where) {
+    if (sp.named) return named.push_back({*sp.named, where});
+    check_spec(sp.counts, t, where);
+    if (sp.counts) all.push_back({*sp.counts, where});
+  };
+  for (size_t i = 0; i < in_specs.size(); ++i) note(in_specs[i], in_types[i], "argument " + std::to_string(i));
   program::Traced traced = [&] {
     TraceScope scope;
     return program::trace_flat(s.options.name, trace, in_types, Device{});
@@ -178,20 +185,30 @@ std::shared_ptr<detail::ShardedJitState::Entry> entry(detail::ShardedJitState& s
   program::Program g = program::optimize(traced.program);
   std::vector<Spec> out_specs;
   flatten_parts(s.out_parts, out_shape, "out_parts", out_specs);
-  for (size_t i = 0; i < out_specs.size(); ++i) {
-    check_spec(out_specs[i], g.type(g.outputs[i]), "output " + std::to_string(i));
-    if (out_specs[i]) all.push_back({*out_specs[i], "output " + std::to_string(i)});
-  }
+  for (size_t i = 0; i < out_specs.size(); ++i) note(out_specs[i], g.type(g.outputs[i]), "output " + std::to_string(i));
   size_t constraints = 0;
   for (const program::Eqn& e : g.eqns)
     if (e.prim == program::Prim::sharding_constraint) {
       const auto* c = static_cast<const ConstraintSpec*>(e.params.callee.get());
       const std::string where = "with_sharding_constraint " + std::to_string(constraints++);
-      if (c->named) continue;
-      check_spec(c->spec, g.type(e.ins[0]), where);
-      all.push_back({c->spec, where});
+      note(Spec{c->named ? std::nullopt : std::optional<PartitionSpec>(c->spec), c->named}, g.type(e.ins[0]), where);
     }
-  const int64_t nparts = reconcile_partitions(all, s.options);
+  // The devices: a mesh the NamedShardings share, or one built from the partition counts.
+  std::shared_ptr<const Mesh> mesh;
+  if (!named.empty()) {
+    std::vector<Located> split;
+    for (const Located& l : all)
+      if (!l.spec.replicated()) split.push_back(l);
+    if (!split.empty())
+      throw Error("sharded_jit: partition counts (" + names_of(split) + ") mixed with NamedShardings (" +
+                  named[0].first.str() + ", " + named[0].second + "); use one form for a call");
+    mesh = std::make_shared<const Mesh>(named[0].first.mesh);
+    for (const auto& [n, where] : named)
+      if (!(n.mesh == *mesh))
+        throw Error("sharded_jit: the NamedShardings are on different meshes: " + named[0].first.str() + " (" +
+                    named[0].second + ") and " + n.str() + " (" + where + ")");
+  }
+  const int64_t nparts = mesh ? mesh->size() : reconcile_partitions(all, s.options);
   const int64_t available = device_count();
   if (nparts > available)
     throw Error("sharded_jit computation requires " + std::to_string(nparts) + " devices, but only " +
@@ -214,7 +231,7 @@ std::shared_ptr<detail::ShardedJitState::Entry> entry(detail::ShardedJitState& s
   if (*local_nparts > local)
     throw Error("sharded_jit computation requires " + std::to_string(*local_nparts) + " local devices, but only " +
                 std::to_string(local) + " local devices are available.");
-  auto mesh = call_mesh(all, nparts);
+  if (!mesh) mesh = call_mesh(all, nparts);
   // Constraints resolved against the call's mesh.
   for (program::Eqn& e : g.eqns)
     if (e.prim == program::Prim::sharding_constraint) {
@@ -224,12 +241,23 @@ std::shared_ptr<detail::ShardedJitState::Entry> entry(detail::ShardedJitState& s
                " is not on the call's mesh, ", mesh->str(), " (sharded_jit builds it from the partition counts)");
       e.params.callee = c;
     }
+  auto resolve = [&](const Spec& sp, const program::Type& t, const std::string& where) {
+    if (!sp.named) return counts_sharding(sp.counts, t, mesh, where);
+    Sharding sh = from_named(*sp.named, t.shape.size(), s.options.name + " " + where);
+    sh.mesh = mesh;
+    for (size_t d = 0; d < t.shape.size(); ++d)
+      if (t.shape[d] % sh.pieces(d) != 0)
+        throw Error(s.options.name + ": " + sp.named->spec.str() + " of " + where + " splits dimension " +
+                    std::to_string(d) + " of " + program::type_str(t) + " into " + std::to_string(sh.pieces(d)) +
+                    " pieces, which does not divide it");
+    return sh;
+  };
   std::vector<Sharding> in_sh;
   for (size_t i = 0; i < in_specs.size(); ++i)
-    in_sh.push_back(counts_sharding(in_specs[i], in_types[i], mesh, "argument " + std::to_string(i)));
+    in_sh.push_back(resolve(in_specs[i], in_types[i], "argument " + std::to_string(i)));
   std::vector<std::optional<Sharding>> out_sh;
   for (size_t i = 0; i < out_specs.size(); ++i)
-    out_sh.push_back(counts_sharding(out_specs[i], g.type(g.outputs[i]), mesh, "output " + std::to_string(i)));
+    out_sh.push_back(resolve(out_specs[i], g.type(g.outputs[i]), "output " + std::to_string(i)));
   auto e = std::make_shared<detail::ShardedJitState::Entry>();
   e->traced = g;
   e->mesh = mesh;

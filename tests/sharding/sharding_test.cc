@@ -490,3 +490,33 @@ TEST(ShardingScan, ScanBodiesArePartitioned) {
 }
 
 }  // namespace
+
+namespace {
+
+// jit with in_shardings / out_shardings over a 2-D mesh: the Megatron-style layout computes a
+// matmul with no communication.
+TEST(ShardingJit, JitWithNamedShardings) {
+  NEED_CPU_DEVICES(8);
+  pl::Mesh mesh = pl::make_mesh({4, 2}, {"data", "model"});
+  auto f = [](const Array& a, const Array& w) { return pl::nn::gelu(pl::jnp::matmul(a, w)); };
+  Array x = randn({16, 12}, 50), w = randn({12, 6}, 51);
+  const pl::NamedSharding rows(mesh, P("data", pl::None)), cols(mesh, P(pl::None, "model")),
+      both(mesh, P("data", "model"));
+  auto g = pl::jit(f, pl::JitShardings{{rows, cols}, both});
+  Array out = g(x, w);
+  EXPECT_EQ(pl::sharding_of(out).spec.str(), "P('data', 'model')");
+  EXPECT_TRUE(pl::array_equal(pl::to_host(out), pl::jit(f)(x, w)));
+  const std::string low = g.lower(x, w);
+  for (const char* c : {"all_gather", "all_reduce", "all_to_all"}) EXPECT_FALSE(contains(low, std::string("= ") + c)) << low;
+  // Inputs already laid out as wanted are used in place.
+  Array xs = pl::device_put(x, rows);
+  EXPECT_TRUE(pl::array_equal(pl::to_host(g(xs, w)), pl::to_host(out)));
+
+  pl::Mesh other = pl::make_mesh({8}, {"all"});
+  EXPECT_THAT_ERROR(pl::jit(f, pl::JitShardings{{rows, pl::NamedSharding(other, P("all"))}, pl::None})(x, w),
+                    "the NamedShardings are on different meshes");
+  EXPECT_THAT_ERROR(pl::sharded_jit(f, {rows, PartitionSpec(2, 1)}, pl::None)(x, w),
+                    "partition counts (PartitionSpec(2, 1) (argument 1)) mixed with NamedShardings");
+}
+
+}  // namespace
