@@ -3,6 +3,7 @@
 #include "palladium/array.h"
 #include "palladium/call.h"
 #include "palladium/control.h"
+#include "palladium/dlpack.h"
 #include "palladium/dtype.h"
 #include "palladium/error.h"
 #include "palladium/host_ops.h"
@@ -16,3 +17,4 @@
 #include "palladium/transforms.h"
 #include "palladium/sharding.h"
 #include "palladium/value.h"
+#include "palladium/version.h"

@@ -330,14 +330,14 @@ ShardedJitted<F> sharded_jit(F f, Parts in_parts, Parts out_parts, ShardedJitOpt
 
 // jit with in_shardings / out_shardings (the modern API): NamedShardings over one mesh, pl::None
 // for replicated, in the same structures as sharded_jit's parts.
+// (Only these two members, so that jit(f, {.name = ...}) still means JitOptions.)
 struct JitShardings {
   Parts in_shardings;
   Parts out_shardings;
-  std::string name = "jit";
 };
 template <class F> ShardedJitted<F> jit(F f, JitShardings s) {
   ShardedJitOptions o;
-  o.name = s.name;
+  o.name = "jit";
   return ShardedJitted<F>(std::move(f), std::move(s.in_shardings), std::move(s.out_shardings), std::move(o));
 }
 

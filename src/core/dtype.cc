@@ -278,3 +278,7 @@ std::string shape_str(const Shape& s) {
 }
 
 }  // namespace palladium
+
+namespace palladium {
+const char* version() { return PALLADIUM_VERSION; }
+}  // namespace palladium

@@ -105,7 +105,7 @@ std::vector<Array> shard_map_call(const std::string& name, const FlatFn& f, cons
     std::vector<Array> pieces = sharding::split(args[i], in_sh[i]);
     for (int64_t p = 0; p < n; ++p) per_device[static_cast<size_t>(p)].push_back(pieces[static_cast<size_t>(p)]);
   }
-  const auto outs = sharding::run_spmd(*exe, mesh, per_device, name);
+  const auto outs = sharding::run_spmd(exe, mesh, per_device, name);
   std::vector<Array> results;
   for (size_t o = 0; o < out_specs.size(); ++o) {
     const program::Type& t = local.type(local.outputs[o]);

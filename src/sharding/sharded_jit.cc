@@ -24,7 +24,7 @@ struct ShardedJitState {
     program::Program traced;
     sharding::Partitioned parts;
     std::shared_ptr<const Mesh> mesh;
-    std::shared_ptr<program::Executable> exe;
+    sharding::SpmdExecutable exe;
   };
   std::map<std::string, std::shared_ptr<Entry>> entries;
 };
@@ -301,7 +301,7 @@ std::vector<Array> sharded_jit_call(ShardedJitState& s, const std::string& key, 
     std::vector<Array> pieces = sharding::split(flat[i], e->parts.in[i]);
     for (int64_t p = 0; p < n; ++p) per_device[static_cast<size_t>(p)].push_back(pieces[static_cast<size_t>(p)]);
   }
-  const auto outs = sharding::run_spmd(*e->exe, e->mesh, per_device, s.options.name);
+  const auto outs = sharding::run_spmd(e->exe, e->mesh, per_device, s.options.name);
   std::vector<Array> results;
   for (size_t o = 0; o < e->parts.out.size(); ++o) {
     std::vector<Array> pieces;  // undefined where another process owns the device
@@ -326,7 +326,7 @@ std::string sharded_jit_lower(ShardedJitState& s, const std::vector<Array>& flat
          << e->parts.global_vars.at(static_cast<size_t>(v)).str() << "\n";
   for (size_t i = 0; i < e->parts.out.size(); ++i) os << "  output " << i << ": " << e->parts.out[i].str() << "\n";
   os << "--- per-device program (" << e->mesh->size() << " devices) ---\n" << program::print(e->parts.local);
-  os << "--- steps ---\n" << e->exe->describe();
+  os << "--- steps ---\n" << e->exe.at(0)->describe();
   return os.str();
 }
 

@@ -82,12 +82,14 @@ struct ConstraintSpec {
 };
 
 // ---- running a per-device program (spmd.cc) ----
-// The per-device program compiled for the mesh's devices (one program serves them all).
-std::shared_ptr<program::Executable> compile_spmd(const program::Program& local, const Mesh& mesh,
-                                                 const std::string& what);
+// The per-device program compiled for each device of the mesh (virtual CPU devices share one;
+// each GPU gets its own). Collectives between GPUs go through the in-process engine (host copies)
+// until the NCCL engine exists.
+using SpmdExecutable = std::vector<std::shared_ptr<program::Executable>>;
+SpmdExecutable compile_spmd(const program::Program& local, const Mesh& mesh, const std::string& what);
 // Runs it on every device of `mesh`, one thread each: inputs[position] are that device's Arrays;
 // returns each device's results. A failure on any device fails the call on all of them.
-std::vector<std::vector<Array>> run_spmd(const program::Executable& exe, const std::shared_ptr<const Mesh>& mesh,
+std::vector<std::vector<Array>> run_spmd(const SpmdExecutable& exe, const std::shared_ptr<const Mesh>& mesh,
                                          const std::vector<std::vector<Array>>& inputs, const std::string& what);
 
 }  // namespace palladium::sharding

@@ -12,15 +12,22 @@
 
 namespace palladium::sharding {
 
-std::shared_ptr<program::Executable> compile_spmd(const program::Program& local, const Mesh& mesh,
-                                                 const std::string& what) {
-  for (const Device& d : mesh.devices())
-    PL_CHECK(d.kind == Device::cpu, what, ": devices of kind ", d.str(),
-             " need the NCCL engine, which is not built yet; use virtual CPU devices (PALLADIUM_CPU_DEVICES)");
-  return program::Executable::compile(local, Device{Device::cpu, 0});
+SpmdExecutable compile_spmd(const program::Program& local, const Mesh& mesh, const std::string& what) {
+  (void)what;
+  SpmdExecutable exes;
+  std::shared_ptr<program::Executable> host;  // virtual CPU devices share one compiled program
+  for (const Device& d : mesh.devices()) {
+    if (d.kind == Device::cpu) {
+      if (!host) host = program::Executable::compile(local, Device{Device::cpu, 0});
+      exes.push_back(host);
+    } else {
+      exes.push_back(program::Executable::compile(local, d));
+    }
+  }
+  return exes;
 }
 
-std::vector<std::vector<Array>> run_spmd(const program::Executable& exe, const std::shared_ptr<const Mesh>& mesh,
+std::vector<std::vector<Array>> run_spmd(const SpmdExecutable& exe, const std::shared_ptr<const Mesh>& mesh,
                                          const std::vector<std::vector<Array>>& inputs, const std::string& what) {
   const int64_t n = mesh->size();
   std::unique_ptr<Communicator> comm_owner = make_communicator(*mesh);
@@ -34,7 +41,7 @@ std::vector<std::vector<Array>> run_spmd(const program::Executable& exe, const s
     SpmdContext ctx{mesh, pos, &comm};
     ScopedSpmdContext scope(&ctx);
     try {
-      outs[static_cast<size_t>(pos)] = exe.run(inputs[static_cast<size_t>(pos)]);
+      outs[static_cast<size_t>(pos)] = exe[static_cast<size_t>(pos)]->run(inputs[static_cast<size_t>(pos)]);
     } catch (const std::exception& e) {
       errors[static_cast<size_t>(pos)] = std::current_exception();
       std::lock_guard<std::mutex> lock(mu);
