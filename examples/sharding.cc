@@ -1,5 +1,5 @@
 // Partitioning programs across devices, on whatever devices exist (8 virtual CPU devices when
-// there is no GPU and PALLADIUM_CPU_DEVICES is unset): the seed's with_sharding_constraint example,
+// there are fewer than two GPUs and PALLADIUM_CPU_DEVICES is unset): the seed's with_sharding_constraint example,
 // a data-parallel training step, and the seed's attention sharded over heads. Each part prints
 // where the pieces live and the collectives the partitioner inserted, and checks its result
 // against the unsharded run.
@@ -42,8 +42,11 @@ void check(const char* what, double err, double tol) {
 }  // namespace
 
 int main() {
-  if (pl::cuda_device_count() == 0 && std::getenv("PALLADIUM_CPU_DEVICES") == nullptr)
-    setenv("PALLADIUM_CPU_DEVICES", "8", 1);
+  // Several GPUs, or else 8 virtual CPU devices (unless PALLADIUM_CPU_DEVICES says how many).
+  if (pl::cuda_device_count() < 2 && std::getenv("PALLADIUM_PLATFORM") == nullptr) {
+    setenv("PALLADIUM_PLATFORM", "cpu", 1);
+    if (std::getenv("PALLADIUM_CPU_DEVICES") == nullptr) setenv("PALLADIUM_CPU_DEVICES", "8", 1);
+  }
   const int n = pl::device_count();
   std::printf("%d devices: %s .. %s\n\n", n, pl::device_name(pl::devices().front()).c_str(), pl::device_name(pl::devices().back()).c_str());
 

@@ -17,7 +17,8 @@
 namespace palladium {
 
 // Every device: each CUDA GPU of this process; without GPUs, PALLADIUM_CPU_DEVICES=N virtual CPU
-// devices (default 1), which share the host's memory and run on one thread each. After
+// devices (default 1), which share the host's memory and run on one thread each;
+// PALLADIUM_PLATFORM=cpu picks the virtual CPU devices where there are GPUs too. After
 // distributed::initialize() in several processes: every process's devices, process by process.
 std::vector<Device> devices();
 int device_count();

@@ -207,8 +207,8 @@ void initialize() {
   MPI_Comm_set_errhandler(p.comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(p.comm, &p.rank);
   MPI_Comm_size(p.comm, &p.size);
-  PL_CHECK(p.size == 1 || cuda_device_count() == 0, "distributed::initialize: GPUs across processes need the NCCL "
-                                                    "engine, which is not built yet; run one process with all GPUs");
+  PL_CHECK(p.size == 1 || sharding::sharding_gpu_count() == 0, "distributed::initialize: GPUs across processes need the NCCL "
+                                                    "engine, which is not built yet; run one process with all GPUs (or PALLADIUM_PLATFORM=cpu)");
   p.per_process = sharding::cpu_devices_from_env();
   std::vector<long long> counts(static_cast<size_t>(p.size));
   long long mine = p.per_process;

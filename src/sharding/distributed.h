@@ -10,6 +10,8 @@
 
 namespace palladium::sharding {
 
+// GPUs that devices() lists: 0 under PALLADIUM_PLATFORM=cpu.
+int sharding_gpu_count();
 // Devices each process brings (equal in every process), and whether several processes take part.
 int64_t devices_per_process();
 bool multi_process();

@@ -25,6 +25,16 @@ int64_t cpu_devices_from_env() {
     throw Error(std::string("PALLADIUM_CPU_DEVICES='") + v + "' is not a device count between 1 and 4096");
   return n;
 }
+// PALLADIUM_PLATFORM=cpu: virtual CPU devices even where GPUs exist (as JAX_PLATFORMS=cpu).
+int sharding_gpu_count() {
+  const char* v = std::getenv("PALLADIUM_PLATFORM");
+  if (v != nullptr && *v != '\0') {
+    const std::string p = v;
+    if (p == "cpu") return 0;
+    if (p != "cuda") throw Error("PALLADIUM_PLATFORM='" + p + "' is not 'cpu' or 'cuda'");
+  }
+  return cuda_device_count();
+}
 }  // namespace sharding
 
 namespace {
@@ -39,7 +49,7 @@ std::string quoted_names(const std::vector<std::string>& names) {
 
 std::vector<Device> devices() {
   std::vector<Device> out;
-  const int gpus = cuda_device_count();
+  const int gpus = sharding::sharding_gpu_count();
   if (gpus > 0) {
     for (int i = 0; i < gpus; ++i) out.push_back(Device{Device::cuda, i});
     return out;

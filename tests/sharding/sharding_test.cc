@@ -32,10 +32,10 @@ Array randn(Shape s, uint64_t seed) { return pl::random::normal(pl::random::key(
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-// The tests run on virtual CPU devices; where GPUs exist they are the devices instead.
-#define NEED_CPU_DEVICES(n)                                                              \
-  ScopedEnv cpu_devices_env_("PALLADIUM_CPU_DEVICES", std::to_string(n));              \
-  if (pl::cuda_device_count() > 0) GTEST_SKIP() << "GPUs are this machine's devices"
+// The tests run on `n` virtual CPU devices, also where there are GPUs.
+#define NEED_CPU_DEVICES(n)                                                 \
+  ScopedEnv cpu_devices_env_("PALLADIUM_CPU_DEVICES", std::to_string(n)); \
+  ScopedEnv cpu_platform_env_("PALLADIUM_PLATFORM", "cpu")
 
 TEST(Sharding, VirtualCpuDevicesComeFromTheEnvironment) {
   NEED_CPU_DEVICES(4);
@@ -44,6 +44,8 @@ TEST(Sharding, VirtualCpuDevicesComeFromTheEnvironment) {
   EXPECT_EQ(ds[3].str(), "cpu:3");
   ScopedEnv bad("PALLADIUM_CPU_DEVICES", "lots");
   EXPECT_THAT_ERROR(pl::devices(), "PALLADIUM_CPU_DEVICES='lots' is not a device count");
+  ScopedEnv platform("PALLADIUM_PLATFORM", "tpu");
+  EXPECT_THAT_ERROR(pl::devices(), "PALLADIUM_PLATFORM='tpu' is not 'cpu' or 'cuda'");
 }
 
 TEST(Sharding, MeshAndSpecErrorsNameWhatIsWrong) {
@@ -517,6 +519,32 @@ TEST(ShardingJit, JitWithNamedShardings) {
                     "the NamedShardings are on different meshes");
   EXPECT_THAT_ERROR(pl::sharded_jit(f, {rows, PartitionSpec(2, 1)}, pl::None)(x, w),
                     "partition counts (PartitionSpec(2, 1) (argument 1)) mixed with NamedShardings");
+}
+
+}  // namespace
+
+namespace {
+
+// Where there are GPUs: a data-parallel step over all of them (one compiled program per GPU;
+// the gradient's all-reduce goes through the in-process engine until NCCL is wired in).
+TEST(ShardingGpu, DataParallelStepOnTheGpus) {
+  const int n = pl::cuda_device_count();
+  if (n == 0) GTEST_SKIP() << "no GPU here";
+  ScopedEnv platform("PALLADIUM_PLATFORM", "cuda");
+  auto loss = [](const Array& w, const Array& x, const Array& y) {
+    return pl::jnp::mean(pl::jnp::square(pl::jnp::tanh(pl::jnp::matmul(x, w)) - y));
+  };
+  auto step = [loss](const Array& w, const Array& x, const Array& y) { return pl::value_and_grad(loss)(w, x, y); };
+  Array w = randn({16, 4}, 60), x = randn({8 * n, 16}, 61), y = randn({8 * n, 4}, 62);
+  pl::ShardedJitOptions o;
+  o.num_partitions = n;
+  auto g = pl::sharded_jit(step, {pl::None, PartitionSpec(n, 1), PartitionSpec(n, 1)}, pl::None, o);
+  auto [value, grad] = g(w, x, y);
+  EXPECT_EQ(value.sharded()->pieces[0].device().kind, pl::Device::cuda);
+  pl::BackendScope host("cpu");
+  auto [value1, grad1] = step(w, x, y);
+  EXPECT_LT(pl::rel_error(pl::to_host(value), value1.astype(pl::f64)), 1e-5);
+  EXPECT_LT(pl::rel_error(pl::to_host(grad), grad1.astype(pl::f64)), 1e-4);
 }
 
 }  // namespace
