@@ -1,0 +1,40 @@
+# The JAX FFI test (ctest: jax.ffi_attention): installs the build into a temporary prefix, builds
+# examples/jax (Palladium's attention as an XLA FFI handler) against it and the jaxlib headers of
+# the test venv, and runs examples/jax/attention_from_jax.py with that venv's Python. Without a
+# venv it prints "no JAX venv: skipped" (ctest counts that as skipped) unless PALLADIUM_REQUIRE_JAX
+# is set.
+#   cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DGENERATOR=... -DCXX=... -P check_jax_ffi.cmake
+if(DEFINED ENV{PALLADIUM_JAX_PYTHON} AND NOT "$ENV{PALLADIUM_JAX_PYTHON}" STREQUAL "")
+  set(python "$ENV{PALLADIUM_JAX_PYTHON}")
+elseif(EXISTS "${BUILD_DIR}/jax-venv/bin/python")
+  set(python "${BUILD_DIR}/jax-venv/bin/python")
+elseif(DEFINED ENV{PALLADIUM_REQUIRE_JAX})
+  message(FATAL_ERROR "no JAX venv (tools/setup_jax_venv.sh makes one)")
+else()
+  message(STATUS "no JAX venv: skipped")
+  return()
+endif()
+string(RANDOM LENGTH 10 tag)
+set(tmp "${BUILD_DIR}/jax-ffi-check-${tag}")
+
+function(run what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    file(REMOVE_RECURSE "${tmp}")
+    message(FATAL_ERROR "${what} failed (${rc}):\n${out}\n${err}")
+  endif()
+  message(STATUS "${what}: ok\n${out}")
+endfunction()
+
+execute_process(COMMAND "${python}" -c "import jax.extend as je; print(je.ffi.include_dir())"
+                OUTPUT_VARIABLE include_dir OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "the venv's jax has no jax.extend.ffi.include_dir()")
+endif()
+run("cmake --install" ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${tmp}/prefix")
+run("configure examples/jax" ${CMAKE_COMMAND} -S "${SOURCE_DIR}/examples/jax" -B "${tmp}/build" -G "${GENERATOR}"
+    "-DCMAKE_PREFIX_PATH=${tmp}/prefix" "-DCMAKE_CXX_COMPILER=${CXX}" -DCMAKE_BUILD_TYPE=Release
+    "-DJAXLIB_INCLUDE_DIR=${include_dir}")
+run("build examples/jax" ${CMAKE_COMMAND} --build "${tmp}/build")
+run("attention from JAX" "${python}" "${SOURCE_DIR}/examples/jax/attention_from_jax.py" "${tmp}/build/libpalladium_jax.so")
+file(REMOVE_RECURSE "${tmp}")

@@ -1,0 +1,59 @@
+// The seed attention forward (ops::mha) as an XLA FFI handler: JAX passes its CPU buffers, which
+// become Palladium Arrays without copies; the result is written into XLA's output buffer. A
+// Palladium error (bad shapes, say) comes back to JAX as an error carrying Palladium's message.
+#include <cstring>
+#include <exception>
+#include <memory>
+
+#include <palladium/ops/attention.h>
+#include <palladium/palladium.h>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+namespace pl = palladium;
+
+namespace {
+
+// An XLA buffer as an Array over the same memory (XLA owns it; the Array frees nothing).
+pl::Array borrow(void* data, ffi::Span<const int64_t> dims) {
+  pl::Shape shape(dims.begin(), dims.end());
+  auto storage = std::make_shared<pl::Storage>();
+  storage->ptr = data;
+  storage->nbytes = static_cast<size_t>(pl::numel(shape)) * sizeof(float);
+  return pl::Array(std::move(shape), pl::f32, std::move(storage));
+}
+
+ffi::Error MhaForward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<ffi::F32> v,
+                      ffi::ResultBuffer<ffi::F32> out, float sm_scale, bool causal, int64_t block_q, int64_t block_k) {
+  try {
+    pl::ops::MhaOptions o;
+    o.sm_scale = sm_scale;
+    o.causal = causal;
+    o.block_q = block_q;
+    o.block_k = block_k;
+    pl::Array result = pl::ops::mha(borrow(q.untyped_data(), q.dimensions()), borrow(k.untyped_data(), k.dimensions()),
+                                    borrow(v.untyped_data(), v.dimensions()), pl::Array(), o);
+    result = pl::to_host(result);
+    if (result.nbytes() != out->size_bytes())
+      return ffi::Error::Internal("palladium_mha_forward: the result has " + std::to_string(result.nbytes()) +
+                                  " bytes, XLA's output buffer " + std::to_string(out->size_bytes()));
+    std::memcpy(out->untyped_data(), result.data(), result.nbytes());
+    return ffi::Error::Success();
+  } catch (const std::exception& e) {
+    return ffi::Error::InvalidArgument(e.what());
+  }
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PalladiumMhaForward, MhaForward,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<float>("sm_scale")
+                                  .Attr<bool>("causal")
+                                  .Attr<int64_t>("block_q")
+                                  .Attr<int64_t>("block_k"));
