@@ -45,6 +45,16 @@ Value logistic(const Value& x);   // 1 / (1 + exp(-x)), jax.nn.sigmoid
 Value erf(const Value& x);
 Value floor(const Value& x);
 Value ceil(const Value& x);
+Value expm1(const Value& x);
+Value tan(const Value& x);
+Value arcsin(const Value& x);
+Value arccos(const Value& x);
+Value arctan(const Value& x);
+Value sinh(const Value& x);
+Value cosh(const Value& x);
+Value round(const Value& x);   // ties to even, as jnp.round (integers are returned as they are)
+Value sign(const Value& x);    // -1, 0 or 1 (any numeric dtype); a float zero or NaN is returned as it is
+Value arctan2(const Value& y, const Value& x);  // the angle of the point (x, y), in (-pi, pi]
 Value pow(const Value& x, const Value& y);
 Value maximum(const Value& a, const Value& b);
 Value minimum(const Value& a, const Value& b);

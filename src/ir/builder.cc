@@ -104,7 +104,7 @@ ValueId Builder::unary(Op op, ValueId x) {
   const Family fam = op_family(op);
   PL_ASSERT(fam == Family::Unary);
   switch (op) {
-    case Op::Neg: case Op::Abs:
+    case Op::Neg: case Op::Abs: case Op::Sign:
       if (!is_numeric(t.dtype)) fail(op_name(op), std::string("takes a numeric operand, not ") + dtype_name(t.dtype));
       break;
     case Op::Not:
@@ -129,7 +129,7 @@ ValueId Builder::binary(Op op, ValueId a, ValueId b) {
     case Op::And: case Op::Or: case Op::Xor:
       if (is_float(ta.dtype)) fail(op_name(op), std::string("takes bool or integer operands, not ") + dtype_name(ta.dtype));
       break;
-    case Op::Pow:
+    case Op::Pow: case Op::Atan2:
       if (!is_float(ta.dtype)) fail(op_name(op), std::string("takes floating-point operands, not ") + dtype_name(ta.dtype));
       break;
     default:

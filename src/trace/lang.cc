@@ -61,6 +61,7 @@ static Value unary(ir::Op op, const Value& x, const char* name) {
   ir::ValueId id = as_value(x, name);
   // Transcendentals of integer Values compute in float32, as jnp does.
   if (ir::op_family(op) == ir::Family::Unary && op != ir::Op::Neg && op != ir::Op::Abs && op != ir::Op::Not &&
+      op != ir::Op::Sign &&
       !is_float(builder(name).type(id).dtype))
     id = builder(name).cast(id, DType::float32);
   return wrap(builder(name).unary(op, id));
@@ -82,6 +83,24 @@ Value logistic(const Value& x) { return unary(ir::Op::Logistic, x, "logistic"); 
 Value erf(const Value& x) { return unary(ir::Op::Erf, x, "erf"); }
 Value floor(const Value& x) { return unary(ir::Op::Floor, x, "floor"); }
 Value ceil(const Value& x) { return unary(ir::Op::Ceil, x, "ceil"); }
+Value expm1(const Value& x) { return unary(ir::Op::Expm1, x, "expm1"); }
+Value tan(const Value& x) { return unary(ir::Op::Tan, x, "tan"); }
+Value arcsin(const Value& x) { return unary(ir::Op::Asin, x, "arcsin"); }
+Value arccos(const Value& x) { return unary(ir::Op::Acos, x, "arccos"); }
+Value arctan(const Value& x) { return unary(ir::Op::Atan, x, "arctan"); }
+Value sinh(const Value& x) { return unary(ir::Op::Sinh, x, "sinh"); }
+Value cosh(const Value& x) { return unary(ir::Op::Cosh, x, "cosh"); }
+Value round(const Value& x) {  // integers are already round (and keep their dtype, as in jnp)
+  if (!is_float(x.dtype())) return x;
+  return unary(ir::Op::Round, x, "round");
+}
+Value sign(const Value& x) { return unary(ir::Op::Sign, x, "sign"); }
+Value arctan2(const Value& y, const Value& x) {
+  DType t = trace::result_dtype(y, x);
+  if (!is_float(t)) t = DType::float32;
+  Shape s = trace::broadcast_shapes(y.shape(), x.shape(), "arctan2");
+  return wrap(builder("arctan2").binary(ir::Op::Atan2, as_value(y, t, s, "arctan2"), as_value(x, t, s, "arctan2")));
+}
 
 Value pow(const Value& x, const Value& y) {
   DType t = trace::result_dtype(x, y);

@@ -70,10 +70,12 @@ TEST(CudaElementwise, UnaryMathFloatDtypes) {
       int o = 1;
       for (pl::Value v : {-x, jnp::abs(x), jnp::exp(x), jnp::exp2(x), jnp::log(p), jnp::log2(p), jnp::log1p(p),
                           jnp::sqrt(p), jnp::rsqrt(p), jnp::sin(x), jnp::cos(x), jnp::tanh(x), jnp::logistic(x),
-                          jnp::erf(x), jnp::floor(x * 3), jnp::ceil(x * 3), pl::nn::gelu(x), pl::nn::silu(x)})
+                          jnp::erf(x), jnp::floor(x * 3), jnp::ceil(x * 3), pl::nn::gelu(x), pl::nn::silu(x),
+                          jnp::expm1(x), jnp::tan(x), jnp::arcsin(x * 0.3), jnp::arccos(x * 0.3), jnp::arctan(x),
+                          jnp::sinh(x), jnp::cosh(x), jnp::round(x * 3), jnp::sign(x), jnp::arctan2(x, p)})
         r[o++][pl::all] = v;
     };
-    std::vector<ShapeDtype> outs(18, ShapeDtype(shape, t));
+    std::vector<ShapeDtype> outs(28, ShapeDtype(shape, t));
     check_kernel(kernel, outs, {.name = "unary"}, {normal(3, shape, t)});
   }
 }

@@ -54,6 +54,17 @@ const std::map<std::string, UnaryOp>& unary_ops() {
       {"erf", {UnaryOp::kFloat, PL_UNARY(jnp::erf), [](double x) { return std::erf(x); }, nullptr, -2.5, 2.5}},
       {"floor", {UnaryOp::kFloat, PL_UNARY(jnp::floor), [](double x) { return std::floor(x); }, nullptr, -6, 6}},
       {"ceil", {UnaryOp::kFloat, PL_UNARY(jnp::ceil), [](double x) { return std::ceil(x); }, nullptr, -6, 6}},
+      {"expm1", {UnaryOp::kFloat, PL_UNARY(jnp::expm1), [](double x) { return std::expm1(x); }, nullptr, -2, 2}},
+      {"tan", {UnaryOp::kFloat, PL_UNARY(jnp::tan), [](double x) { return std::tan(x); }, nullptr, -1.2, 1.2}},
+      {"arcsin", {UnaryOp::kFloat, PL_UNARY(jnp::arcsin), [](double x) { return std::asin(x); }, nullptr, -0.95, 0.95}},
+      {"arccos", {UnaryOp::kFloat, PL_UNARY(jnp::arccos), [](double x) { return std::acos(x); }, nullptr, -0.95, 0.95}},
+      {"arctan", {UnaryOp::kFloat, PL_UNARY(jnp::arctan), [](double x) { return std::atan(x); }, nullptr, -5, 5}},
+      {"sinh", {UnaryOp::kFloat, PL_UNARY(jnp::sinh), [](double x) { return std::sinh(x); }, nullptr, -3, 3}},
+      {"cosh", {UnaryOp::kFloat, PL_UNARY(jnp::cosh), [](double x) { return std::cosh(x); }, nullptr, -3, 3}},
+      // round: ties to even for floats; integers unchanged. sign: -1, 0, 1 (a float zero as it is).
+      {"round", {UnaryOp::kNumeric, PL_UNARY(jnp::round), [](double x) { return std::nearbyint(x); }, [](int64_t x) { return x; }}},
+      {"sign", {UnaryOp::kNumeric, PL_UNARY(jnp::sign), [](double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x; },
+                [](int64_t x) { return static_cast<int64_t>((x > 0) - (x < 0)); }}},
       // ~ is bitwise for integers and logical for bool; logical_not (and !) take any dtype,
       // non-zero meaning true, and give bool (jnp.invert / jnp.logical_not).
       {"invert", {UnaryOp::kInvert, [](const Value& v) { return ~v; }, nullptr, [](int64_t x) { return ~x; }}},
@@ -145,6 +156,7 @@ const std::map<std::string, BinaryOp>& binary_ops() {
                           return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
                         }}},
       {"pow", {BinaryOp::kPow, PL_BINARY(jnp::pow), [](double a, double b) { return std::pow(a, b); }, nullptr}},
+      {"arctan2", {BinaryOp::kPow, PL_BINARY(jnp::arctan2), [](double a, double b) { return std::atan2(a, b); }, nullptr}},
       {"maximum", {BinaryOp::kArith, PL_BINARY(jnp::maximum), [](double a, double b) { return std::max(a, b); },
                    [](int64_t a, int64_t b) { return std::max(a, b); }}},
       {"minimum", {BinaryOp::kArith, PL_BINARY(jnp::minimum), [](double a, double b) { return std::min(a, b); },

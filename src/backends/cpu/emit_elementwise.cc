@@ -107,6 +107,17 @@ std::string Emitter::elementwise_expr(const ir::Inst& in, const std::vector<std:
     case ir::Op::Erf: return call("erf");
     case ir::Op::Floor: return builtin("floor");
     case ir::Op::Ceil: return builtin("ceil");
+    case ir::Op::Expm1: return builtin("expm1");
+    case ir::Op::Tan: return builtin("tan");
+    case ir::Op::Asin: return builtin("asin");
+    case ir::Op::Acos: return builtin("acos");
+    case ir::Op::Atan: return builtin("atan");
+    case ir::Op::Sinh: return builtin("sinh");
+    case ir::Op::Cosh: return builtin("cosh");
+    case ir::Op::Round: return builtin("rint");  // the default rounding mode: ties to even
+    case ir::Op::Sign:
+      if (fl) return rounded(rt, "(" + a[0] + " > 0 ? " + ct + "(1) : " + a[0] + " < 0 ? " + ct + "(-1) : " + a[0] + ")");
+      return rounded(rt, "(" + a[0] + " > 0) - (" + a[0] + " < 0)");
     case ir::Op::Not: return is_bool(ot) ? "(!" + a[0] + ")" : rounded(rt, "~" + a[0]);
     case ir::Op::Add: return bin("+");
     case ir::Op::Sub: return bin("-");
@@ -116,6 +127,8 @@ std::string Emitter::elementwise_expr(const ir::Inst& in, const std::vector<std:
       if (fl) return rounded(rt, std::string(dbl ? "__builtin_fmod(" : "__builtin_fmodf(") + a[0] + ", " + a[1] + ")");
       return "pl_cpu::int_rem<" + ct + ">(" + a[0] + ", " + a[1] + ")";
     case ir::Op::Pow: return rounded(rt, "pl_cpu::pow(" + a[0] + ", " + a[1] + ")");
+    case ir::Op::Atan2:
+      return rounded(rt, std::string(dbl ? "__builtin_atan2(" : "__builtin_atan2f(") + a[0] + ", " + a[1] + ")");
     case ir::Op::Max:
       return fl ? "pl_cpu::float_max(" + a[0] + ", " + a[1] + ")" : "(" + a[0] + " > " + a[1] + " ? " + a[0] + " : " + a[1] + ")";
     case ir::Op::Min:

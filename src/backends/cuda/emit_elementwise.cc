@@ -47,6 +47,18 @@ std::string float_unary(ir::Op op, bool single, bool fast, const std::string& a)
     case ir::Op::Erf: return call("erf" + f, a);
     case ir::Op::Floor: return call("floor" + f, a);
     case ir::Op::Ceil: return call("ceil" + f, a);
+    case ir::Op::Expm1: return call("expm1" + f, a);
+    case ir::Op::Tan: return call("tan" + f, a);
+    case ir::Op::Asin: return call("asin" + f, a);
+    case ir::Op::Acos: return call("acos" + f, a);
+    case ir::Op::Atan: return call("atan" + f, a);
+    case ir::Op::Sinh: return call("sinh" + f, a);
+    case ir::Op::Cosh: return call("cosh" + f, a);
+    case ir::Op::Round: return call("rint" + f, a);  // ties to even
+    case ir::Op::Sign: {
+      const std::string one = single ? "1.0f" : "1.0";
+      return "(" + a + " > 0 ? " + one + " : (" + a + " < 0 ? -" + one + " : " + a + "))";
+    }
     default: return "";
   }
 }
@@ -60,6 +72,7 @@ std::string float_binary(ir::Op op, bool single, const std::string& a, const std
     case ir::Op::Div: return a + " / " + b;
     case ir::Op::Rem: return call("fmod" + f, a, b);
     case ir::Op::Pow: return call("pow" + f, a, b);
+    case ir::Op::Atan2: return call("atan2" + f, a, b);
     case ir::Op::Max: return call("pl_max", a, b);
     case ir::Op::Min: return call("pl_min", a, b);
     default: return "";
@@ -131,6 +144,8 @@ std::string Emitter::elementwise_expr(const ir::Inst& in, const std::vector<std:
         e = call("pl_wneg<" + reg_type(ot) + ">", a[0]);
       } else if (in.op == ir::Op::Abs) {
         e = call("pl_wabs<" + reg_type(ot) + ">", a[0]);
+      } else if (in.op == ir::Op::Sign) {
+        e = "(" + reg_type(ot) + ")((" + a[0] + " > 0) - (" + a[0] + " < 0))";
       }
       break;
     case ir::Family::Binary:

@@ -60,6 +60,15 @@ double unary_f(ir::Op op, double x) {
     case ir::Op::Erf: return std::erf(x);
     case ir::Op::Floor: return std::floor(x);
     case ir::Op::Ceil: return std::ceil(x);
+    case ir::Op::Expm1: return std::expm1(x);
+    case ir::Op::Tan: return std::tan(x);
+    case ir::Op::Asin: return std::asin(x);
+    case ir::Op::Acos: return std::acos(x);
+    case ir::Op::Atan: return std::atan(x);
+    case ir::Op::Sinh: return std::sinh(x);
+    case ir::Op::Cosh: return std::cosh(x);
+    case ir::Op::Round: return std::nearbyint(x);  // the default rounding mode: ties to even
+    case ir::Op::Sign: return x > 0 ? 1.0 : x < 0 ? -1.0 : x;
     default: return NAN;
   }
 }
@@ -72,6 +81,7 @@ double binary_f(ir::Op op, double a, double b) {
     case ir::Op::Div: return a / b;
     case ir::Op::Rem: return std::fmod(a, b);
     case ir::Op::Pow: return std::pow(a, b);
+    case ir::Op::Atan2: return std::atan2(a, b);
     case ir::Op::Max: return (std::isnan(a) || std::isnan(b)) ? NAN : (a > b ? a : b);
     case ir::Op::Min: return (std::isnan(a) || std::isnan(b)) ? NAN : (a < b ? a : b);
     default: return NAN;
@@ -136,7 +146,8 @@ Tile eval_unary(ir::Op op, const Tile& x) {
   } else {
     for (size_t k = 0; k < n; ++k) {
       int64_t v = x.i[k];
-      r.i[k] = wrap_int(x.dtype, op == ir::Op::Neg ? -v : (v < 0 ? -v : v));
+      if (op == ir::Op::Sign) r.i[k] = (v > 0) - (v < 0);
+      else r.i[k] = wrap_int(x.dtype, op == ir::Op::Neg ? -v : (v < 0 ? -v : v));
     }
   }
   return r;
