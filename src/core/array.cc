@@ -5,6 +5,7 @@
 #include "program/trace.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <ostream>
@@ -15,13 +16,15 @@ namespace {
 
 constexpr size_t kHostAlignment = 64;  // a cache line, and enough for any vector load
 
-std::shared_ptr<Storage> allocate_host(size_t nbytes) {
+std::shared_ptr<Storage> allocate_host(size_t nbytes, const Shape& shape, DType dtype) {
   auto storage = std::make_shared<Storage>();
   // aligned_alloc wants a size that is a multiple of the alignment; never ask for 0 bytes so that
   // even an empty Array has a valid pointer.
   const size_t rounded = (nbytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
-  storage->ptr = std::aligned_alloc(kHostAlignment, rounded == 0 ? kHostAlignment : rounded);
-  if (storage->ptr == nullptr) throw std::bad_alloc();
+  storage->ptr = rounded < nbytes ? nullptr : std::aligned_alloc(kHostAlignment, rounded == 0 ? kHostAlignment : rounded);
+  if (storage->ptr == nullptr)
+    throw Error("Array: cannot allocate " + std::to_string(nbytes) + " bytes for an array of shape " + shape_str(shape) +
+                " and dtype " + dtype_name(dtype) + " on the host (out of memory)");
   storage->nbytes = nbytes;
   storage->device = Device{};
   storage->free_fn = std::free;
@@ -54,7 +57,12 @@ Storage::~Storage() {
 
 Array::Array(Shape shape, DType dtype) : shape_(std::move(shape)), dtype_(dtype) {
   check_shape("Array", shape_);
-  storage_ = allocate_host(static_cast<size_t>(numel(shape_)) * static_cast<size_t>(itemsize(dtype_)));
+  // The element count and the byte size must fit their types (numel throws on overflow).
+  size_t bytes = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(numel(shape_)), static_cast<uint64_t>(itemsize(dtype_)), &bytes) ||
+      bytes > static_cast<size_t>(PTRDIFF_MAX))
+    throw Error("Array: shape " + shape_str(shape_) + " of " + dtype_name(dtype_) + " needs more bytes than memory can address");
+  storage_ = allocate_host(bytes, shape_, dtype_);
 }
 
 Array::Array(Shape shape, DType dtype, std::shared_ptr<Storage> storage)

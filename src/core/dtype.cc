@@ -254,10 +254,10 @@ bfloat16::operator float() const { return bfloat16_bits_to_float(bits); }
 
 int64_t numel(const Shape& s) {
   int64_t n = 1;
-  for (int64_t d : s) {
-    PL_CHECK(d >= 0, "numel: negative dimension in shape ", shape_str(s));
-    n *= d;
-  }
+  for (int64_t d : s) PL_CHECK(d >= 0, "numel: negative dimension in shape ", shape_str(s));
+  for (int64_t d : s)
+    if (__builtin_mul_overflow(n, d, &n))
+      throw Error("shape " + shape_str(s) + " has more elements than a 64-bit count holds");
   return n;
 }
 

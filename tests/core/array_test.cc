@@ -44,6 +44,11 @@ TEST(Array, AllocationIsAlignedAndSized) {
   EXPECT_EQ(scalar.size(), 1);
   EXPECT_EQ(scalar.ndim(), 0);
   EXPECT_THAT(error_message([] { Array({2, -3}, f32); }), HasSubstr("negative dimension in shape (2, -3)"));
+  // Sizes that overflow are errors, not arrays (zeros({2^40, 2^40}) once returned one).
+  EXPECT_THAT(error_message([] { palladium::zeros({int64_t{1} << 40, int64_t{1} << 40}); }),
+              HasSubstr("shape (1099511627776, 1099511627776) has more elements than a 64-bit count holds"));
+  EXPECT_THAT(error_message([] { Array({int64_t{1} << 40, int64_t{1} << 21}, f32); }),
+              HasSubstr("Array: shape (1099511627776, 2097152) of float32 needs more bytes than memory can address"));
 }
 
 TEST(Array, StorageCheckedAndFreed) {
