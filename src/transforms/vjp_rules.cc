@@ -193,8 +193,48 @@ Arrays vjp_scan(const Eqn& e, const Arrays&, const Arrays&, const Arrays&) { mis
 Arrays vjp_while(const Eqn& e, const Arrays&, const Arrays&, const Arrays&) {
   missing(e, "reverse mode needs a trip count known before the loop runs; use fori_loop or scan");
 }
-Arrays vjp_cond(const Eqn& e, const Arrays&, const Arrays&, const Arrays&) {
-  missing(e, "not implemented yet; select between both branches with jnp::where to differentiate");
+// A cond of the branches' VJPs: the taken branch gives the cotangents of its operands, the other
+// zeros (ins: pred, the true branch's operands (count), the false branch's).
+Arrays vjp_cond(const Eqn& e, const Arrays& ins, const Arrays& outs, const Arrays& cts) {
+  const size_t n_true = static_cast<size_t>(e.params.count), n_false = ins.size() - 1 - n_true;
+  const Program& on_true = *e.params.regions.at(0);
+  const Program& on_false = *e.params.regions.at(1);
+  auto float_inputs = [](const Program& p) {
+    std::vector<bool> w;
+    for (int v : p.inputs) w.push_back(is_float(p.type(v).dtype));
+    return w;
+  };
+  const std::vector<bool> wt = float_inputs(on_true), wf = float_inputs(on_false);
+  const Device device = device_of(ins);
+  const Program bt = optimize(vjp_program(on_true, wt, device));
+  const Program bf = optimize(vjp_program(on_false, wf, device));
+  Arrays operands(ins.begin() + 1, ins.end());
+  for (size_t i = 0; i < cts.size(); ++i) operands.push_back(cts[i].defined() ? cts[i] : jnp::zeros_like(outs[i]));
+  auto branch = [&](bool taken_true) -> detail::FlatFn {
+    return [&, taken_true](const Arrays& a) {
+      const Arrays t(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(n_true));
+      const Arrays f(a.begin() + static_cast<std::ptrdiff_t>(n_true),
+                     a.begin() + static_cast<std::ptrdiff_t>(n_true + n_false));
+      Arrays args = taken_true ? t : f;
+      args.insert(args.end(), a.begin() + static_cast<std::ptrdiff_t>(n_true + n_false), a.end());
+      const Arrays r = eval_program(taken_true ? bt : bf, args);
+      size_t slot = (taken_true ? on_true : on_false).outputs.size();
+      Arrays grads;
+      for (size_t i = 0; i < n_true; ++i)
+        if (wt[i]) grads.push_back(taken_true ? r[slot++] : jnp::zeros_like(t[i]));
+      for (size_t i = 0; i < n_false; ++i)
+        if (wf[i]) grads.push_back(taken_true ? jnp::zeros_like(f[i]) : r[slot++]);
+      return grads;
+    };
+  };
+  const Arrays g = detail::cond_flat(ins[0], branch(true), branch(false), operands);
+  Arrays in_cts(ins.size());
+  size_t k = 0;
+  for (size_t i = 0; i < n_true; ++i)
+    if (wt[i]) in_cts[1 + i] = g[k++];
+  for (size_t i = 0; i < n_false; ++i)
+    if (wf[i]) in_cts[1 + n_true + i] = g[k++];
+  return in_cts;
 }
 
 // ---- partitioning: a constraint is an identity; each collective's transpose is its dual ----

@@ -267,6 +267,22 @@ INSTANTIATE_TEST_SUITE_P(Backends, Program, ::testing::ValuesIn(host_backends())
 
 // ---- errors: each names the op or program and what was wrong ----
 
+// grad through cond: the taken branch's derivative, checked against float64 finite differences
+// on inputs that take each branch.
+TEST_P(Program, GradOfCond) {
+  auto f = [](const Array& x) {
+    Array y = pl::cond(pl::jnp::sum(x) > 0.0, [](const Array& a) { return a * a * pl::jnp::sin(a); },
+                       [](const Array& a) { return pl::jnp::exp(a) * 3.0; }, x);
+    return pl::jnp::sum(y);
+  };
+  for (double shift : {2.0, -2.0}) {
+    Array x = randn({5}, 60) * 0.3 + shift;
+    Array g = pl::grad(f)(x);
+    EXPECT_LT(pl::rel_error(g, finite_difference(f, x)), 1e-4) << shift;
+    EXPECT_LT(pl::rel_error(pl::jit(pl::grad(f))(x), g.astype(pl::f64)), 1e-6) << shift;
+  }
+}
+
 TEST(ProgramErrors, BranchingOnATracer) {
   auto f = pl::jit([](const Array& x) { return x.get(0) > 0 ? x : -x; });
   EXPECT_THAT_ERROR(f(pl::ones({3})), "ConcretizationTypeError");
