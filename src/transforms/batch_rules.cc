@@ -209,9 +209,38 @@ Arrays batch_unsupported(const Eqn& e, const Arrays&, const std::vector<bool>&, 
   throw Error(std::string(prim_name(e.prim)) + ": no batching rule (transformation: vmap): vmap inside a sharded "
               "or shard_map program is not supported; vmap the function before partitioning it");
 }
-Arrays batch_while(const Eqn& e, const Arrays&, const std::vector<bool>&, int64_t, std::vector<bool>&) {
-  throw Error(std::string(prim_name(e.prim)) + ": no batching rule yet (transformation: vmap): a batched loop "
-              "condition needs every example's predicate; use fori_loop or scan with a fixed trip count");
+// A batched while_loop runs while any example's condition holds; an example whose condition is
+// false keeps its carry (JAX's rule). ins: cond consts (count), body consts (count2), carries.
+Arrays batch_while(const Eqn& e, const Arrays& in, const std::vector<bool>& b, int64_t size, std::vector<bool>& ob) {
+  const size_t nc = static_cast<size_t>(e.params.count), nb = static_cast<size_t>(e.params.count2);
+  const Arrays all = all_batched(in, b, size);
+  const Arrays cconsts(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(nc));
+  const Arrays bconsts(all.begin() + static_cast<std::ptrdiff_t>(nc), all.begin() + static_cast<std::ptrdiff_t>(nc + nb));
+  const Arrays init(all.begin() + static_cast<std::ptrdiff_t>(nc + nb), all.end());
+  auto cond_region = e.params.regions.at(0), body_region = e.params.regions.at(1);
+  auto lanes = [cond_region, cconsts, size](const Arrays& carry) {  // each example's condition, [size] bool
+    Arrays a = cconsts;
+    a.insert(a.end(), carry.begin(), carry.end());
+    return vmap_program(*cond_region, a, std::vector<bool>(a.size(), true), size).at(0);
+  };
+  detail::FlatFn cond = [lanes](const Arrays& carry) {
+    return Arrays{jnp::max(jnp::astype(lanes(carry), DType::int32)) > 0};
+  };
+  detail::FlatFn body = [lanes, body_region, bconsts, size](const Arrays& carry) {
+    const Array running = lanes(carry);
+    Arrays a = bconsts;
+    a.insert(a.end(), carry.begin(), carry.end());
+    Arrays next = vmap_program(*body_region, a, std::vector<bool>(a.size(), true), size);
+    for (size_t i = 0; i < next.size(); ++i) {
+      Shape s{size};
+      s.insert(s.end(), static_cast<size_t>(next[i].ndim() - 1), 1);
+      next[i] = jnp::where(jnp::reshape(running, s), next[i], carry[i]);
+    }
+    return next;
+  };
+  Arrays r = detail::while_flat(cond, body, init);
+  ob.assign(r.size(), true);
+  return r;
 }
 
 Arrays batch_cond(const Eqn& e, const Arrays& in, const std::vector<bool>& b, int64_t size, std::vector<bool>& ob) {

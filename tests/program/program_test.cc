@@ -283,6 +283,25 @@ TEST_P(Program, GradOfCond) {
   }
 }
 
+// vmap of while_loop: each example loops until its own condition fails (the others wait).
+TEST_P(Program, VmapOfWhileLoop) {
+  auto doubling = [](const Array& x) {
+    return pl::while_loop([](const Array& c) { return pl::jnp::sum(c) < 100.0; }, [](const Array& c) { return c * 2.0; },
+                          x);
+  };
+  Array xs = pl::jnp::abs(randn({5, 2}, 61)) * 10.0 + 0.5;
+  Array got = pl::vmap(doubling)(xs);
+  Array ref(xs.shape(), pl::f64);
+  for (int64_t r = 0; r < 5; ++r) {
+    double a = xs.get(r * 2), b = xs.get(r * 2 + 1);
+    while (a + b < 100.0) a *= 2, b *= 2;
+    ref.set(r * 2, a);
+    ref.set(r * 2 + 1, b);
+  }
+  EXPECT_LT(pl::rel_error(got, ref), 1e-6);
+  EXPECT_LT(pl::rel_error(pl::jit(pl::vmap(doubling))(xs), ref), 1e-6);
+}
+
 TEST(ProgramErrors, BranchingOnATracer) {
   auto f = pl::jit([](const Array& x) { return x.get(0) > 0 ? x : -x; });
   EXPECT_THAT_ERROR(f(pl::ones({3})), "ConcretizationTypeError");
