@@ -149,13 +149,32 @@ Arrays vjp_concatenate(const Eqn& e, const Arrays& in, const Arrays& out, const 
   return r;
 }
 
+// The cotangent goes back to the positions the slice read: along a strided dimension each value is
+// followed by stride - 1 zeros (a pad of a new axis, then a reshape), then the whole is placed at
+// the slice's start by a pad (ops that are themselves differentiable).
 Arrays vjp_slice(const Eqn& e, const Arrays& in, const Arrays& out, const Arrays& cts) {
-  for (int64_t s : e.params.step)
-    PL_CHECK(s == 1, "slice: the VJP of a strided slice (stride ", s, ") is not implemented yet (transformation: vjp)");
-  std::vector<std::pair<int64_t, int64_t>> widths;
-  for (size_t d = 0; d < e.params.lo.size(); ++d)
-    widths.emplace_back(e.params.lo[d], in[0].shape()[d] - e.params.hi[d]);
-  return {jnp::pad(ct0(cts, out), widths, 0.0)};
+  Array g = ct0(cts, out);
+  const size_t rank = e.params.lo.size();
+  for (size_t d = 0; d < rank; ++d) {
+    const int64_t lo = e.params.lo[d], step = e.params.step.empty() ? 1 : e.params.step[d];
+    const int64_t size = in[0].shape()[d], n = g.shape()[d];
+    int64_t len = n;
+    if (step > 1) {
+      std::vector<std::pair<int64_t, int64_t>> spread(rank + 1, {0, 0});
+      spread[d + 1] = {0, step - 1};
+      Array wide = jnp::pad(jnp::expand_dims(g, static_cast<int64_t>(d + 1)), spread, 0.0);
+      Shape merged = g.shape();
+      merged[d] = n * step;
+      len = std::min(n * step, size - lo);
+      std::vector<int64_t> start(rank, 0), limit = merged;
+      limit[d] = len;
+      g = lax::slice(jnp::reshape(wide, merged), start, limit);
+    }
+    std::vector<std::pair<int64_t, int64_t>> place(rank, {0, 0});
+    place[d] = {lo, size - lo - len};
+    g = jnp::pad(g, place, 0.0);
+  }
+  return {g};
 }
 
 Arrays vjp_pad(const Eqn& e, const Arrays& in, const Arrays& out, const Arrays& cts) {

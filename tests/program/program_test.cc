@@ -302,6 +302,16 @@ TEST_P(Program, VmapOfWhileLoop) {
   EXPECT_LT(pl::rel_error(pl::jit(pl::vmap(doubling))(xs), ref), 1e-6);
 }
 
+// grad through strided slices, against float64 finite differences.
+TEST_P(Program, GradOfStridedSlice) {
+  auto f = [](const Array& x) {
+    Array s = pl::lax::slice(x, {1, 0}, {7, 5}, {2, 3});  // rows 1, 3, 5; columns 0, 3
+    return pl::jnp::sum(pl::jnp::sin(s) * s);
+  };
+  Array x = randn({8, 5}, 62);
+  EXPECT_LT(pl::rel_error(pl::grad(f)(x), finite_difference(f, x)), 1e-4);
+}
+
 TEST(ProgramErrors, BranchingOnATracer) {
   auto f = pl::jit([](const Array& x) { return x.get(0) > 0 ? x : -x; });
   EXPECT_THAT_ERROR(f(pl::ones({3})), "ConcretizationTypeError");
