@@ -108,13 +108,23 @@ Arrays batch_pad(const Eqn& e, const Arrays& in, const std::vector<bool>&, int64
   return one_batched(jnp::pad(in[0], w, e.params.scalar), ob);
 }
 
-void indices_unbatched(const Eqn& e, const std::vector<bool>& b, size_t first) {
+bool indices_batched(const std::vector<bool>& b, size_t first) {
   for (size_t i = first; i < b.size(); ++i)
-    PL_CHECK(!b[i], prim_name(e.prim), ": batched start indices are not supported yet (transformation: vmap)");
+    if (b[i]) return true;
+  return false;
+}
+
+// Batched start indices: each example has its own window, so the equation runs once per example
+// in a scan over the batch (the equation itself is unchanged, on one example's operands).
+Arrays per_example(const Eqn& e, const Arrays& in, const std::vector<bool>& b, int64_t size, std::vector<bool>& ob) {
+  detail::FlatFn one = [&e](const Arrays& ex) { return bind(e.prim, e.params, ex); };
+  Arrays r = detail::scan_flat(one, 0, {}, all_batched(in, b, size), size, false);
+  ob.assign(r.size(), true);
+  return r;
 }
 
 Arrays batch_dynamic_slice(const Eqn& e, const Arrays& in, const std::vector<bool>& b, int64_t size, std::vector<bool>& ob) {
-  indices_unbatched(e, b, 1);
+  if (indices_batched(b, 1)) return per_example(e, in, b, size, ob);
   Arrays starts{lax::full({}, 0.0, DType::int32)};
   starts.insert(starts.end(), in.begin() + 1, in.end());
   Shape sizes{size};
@@ -124,7 +134,7 @@ Arrays batch_dynamic_slice(const Eqn& e, const Arrays& in, const std::vector<boo
 
 Arrays batch_dynamic_update_slice(const Eqn& e, const Arrays& in, const std::vector<bool>& b, int64_t size,
                                   std::vector<bool>& ob) {
-  indices_unbatched(e, b, 2);
+  if (indices_batched(b, 2)) return per_example(e, in, b, size, ob);
   Arrays starts{lax::full({}, 0.0, DType::int32)};
   starts.insert(starts.end(), in.begin() + 2, in.end());
   return one_batched(lax::dynamic_update_slice(with_batch(in[0], b[0], size), with_batch(in[1], b[1], size), starts), ob);

@@ -312,6 +312,22 @@ TEST_P(Program, GradOfStridedSlice) {
   EXPECT_LT(pl::rel_error(pl::grad(f)(x), finite_difference(f, x)), 1e-4);
 }
 
+// vmap of dynamic_slice / dynamic_update_slice whose start indices differ per example.
+TEST_P(Program, VmapOfDynamicSliceWithBatchedIndices) {
+  Array xs = randn({4, 10}, 63);
+  Array starts = pl::array({0, 3, 6, 9}, pl::i32);  // the last one is clamped to 7, as lax.dynamic_slice does
+  auto window = [](const Array& x, const Array& s) { return pl::lax::dynamic_slice(x, {s}, {3}); };
+  Array got = pl::vmap(window)(xs, starts);
+  auto put = [](const Array& x, const Array& s) { return pl::lax::dynamic_update_slice(x, pl::ones({2}), {s}); };
+  Array upd = pl::vmap(put)(xs, starts);
+  for (int64_t r = 0; r < 4; ++r) {
+    const int64_t s = std::min<int64_t>(starts.get_int(r), 7), u = std::min<int64_t>(starts.get_int(r), 8);
+    for (int64_t c = 0; c < 3; ++c) EXPECT_EQ(got.get(r * 3 + c), xs.get(r * 10 + s + c)) << r;
+    for (int64_t c = 0; c < 10; ++c)
+      EXPECT_EQ(upd.get(r * 10 + c), c >= u && c < u + 2 ? 1.0 : xs.get(r * 10 + c)) << r << "," << c;
+  }
+}
+
 TEST(ProgramErrors, BranchingOnATracer) {
   auto f = pl::jit([](const Array& x) { return x.get(0) > 0 ? x : -x; });
   EXPECT_THAT_ERROR(f(pl::ones({3})), "ConcretizationTypeError");
