@@ -55,6 +55,10 @@ Value cosh(const Value& x);
 Value round(const Value& x);   // ties to even, as jnp.round (integers are returned as they are)
 Value sign(const Value& x);    // -1, 0 or 1 (any numeric dtype); a float zero or NaN is returned as it is
 Value arctan2(const Value& y, const Value& x);  // the angle of the point (x, y), in (-pi, pi]
+Value square(const Value& x);  // x * x
+Value isfinite(const Value& x);  // bool: neither infinite nor NaN (integers: all true)
+Value left_shift(const Value& a, const Value& b);   // integers: lax::shift_left
+Value right_shift(const Value& a, const Value& b);  // integers: arithmetic if signed, logical if unsigned (NumPy)
 Value pow(const Value& x, const Value& y);
 Value maximum(const Value& a, const Value& b);
 Value minimum(const Value& a, const Value& b);
@@ -94,6 +98,15 @@ Value silu(const Value& x);
 namespace lax {
 Value div(const Value& a, const Value& b);   // truncating for integers
 Value rem(const Value& a, const Value& b);
+Value clamp(const Value& lo, const Value& x, const Value& hi);  // min(max(x, lo), hi)
+Value integer_pow(const Value& x, int n);  // x ** n by repeated squaring (n < 0: floats only, 1 / x ** -n)
+// Integer bit ops on the value's own width; a shift amount outside [0, bits) gives 0 (logical and
+// left) or all sign bits (arithmetic), as XLA defines them.
+Value shift_left(const Value& a, const Value& b);
+Value shift_right_logical(const Value& a, const Value& b);
+Value shift_right_arithmetic(const Value& a, const Value& b);
+Value population_count(const Value& x);
+Value clz(const Value& x);  // leading zero bits
 }  // namespace lax
 
 }  // namespace palladium

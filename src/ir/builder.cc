@@ -110,6 +110,9 @@ ValueId Builder::unary(Op op, ValueId x) {
     case Op::Not:
       if (is_float(t.dtype)) fail(op_name(op), std::string("takes a bool or integer operand, not ") + dtype_name(t.dtype));
       break;
+    case Op::PopulationCount: case Op::Clz:
+      if (!is_integer(t.dtype)) fail(op_name(op), std::string("takes an integer operand, not ") + dtype_name(t.dtype));
+      break;
     default:
       if (!is_float(t.dtype))
         fail(op_name(op), std::string("takes a floating-point operand, not ") + dtype_name(t.dtype) +
@@ -126,6 +129,9 @@ ValueId Builder::binary(Op op, ValueId a, ValueId b) {
   if (ta.dtype != tb.dtype)
     fail(op_name(op), std::string("dtypes ") + dtype_name(ta.dtype) + " and " + dtype_name(tb.dtype) + " differ");
   switch (op) {
+    case Op::ShiftLeft: case Op::ShiftRightLogical: case Op::ShiftRightArithmetic:
+      if (!is_integer(ta.dtype)) fail(op_name(op), std::string("takes integer operands, not ") + dtype_name(ta.dtype));
+      break;
     case Op::And: case Op::Or: case Op::Xor:
       if (is_float(ta.dtype)) fail(op_name(op), std::string("takes bool or integer operands, not ") + dtype_name(ta.dtype));
       break;

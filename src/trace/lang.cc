@@ -95,6 +95,23 @@ Value round(const Value& x) {  // integers are already round (and keep their dty
   return unary(ir::Op::Round, x, "round");
 }
 Value sign(const Value& x) { return unary(ir::Op::Sign, x, "sign"); }
+Value square(const Value& x) { return x * x; }
+Value isfinite(const Value& x) {
+  if (!is_float(x.dtype())) return x == x;
+  double largest = 0;
+  switch (x.dtype()) {
+    case DType::float16: largest = 65504.0; break;
+    case DType::bfloat16: largest = 3.3895313892515355e38; break;
+    case DType::float32: largest = 3.4028234663852886e38; break;
+    default: largest = 1.7976931348623157e308; break;
+  }
+  return abs(x) <= largest;  // false for NaN and both infinities
+}
+Value left_shift(const Value& a, const Value& b) { return lax::shift_left(a, b); }
+Value right_shift(const Value& a, const Value& b) {
+  const DType t = trace::result_dtype(a, b);
+  return t == DType::uint8 || t == DType::uint32 ? lax::shift_right_logical(a, b) : lax::shift_right_arithmetic(a, b);
+}
 Value arctan2(const Value& y, const Value& x) {
   DType t = trace::result_dtype(y, x);
   if (!is_float(t)) t = DType::float32;
@@ -180,6 +197,32 @@ Value silu(const Value& x) { return x * jnp::logistic(x); }
 namespace lax {
 Value div(const Value& a, const Value& b) { return a / b; }
 Value rem(const Value& a, const Value& b) { return a % b; }
+Value clamp(const Value& lo, const Value& x, const Value& hi) { return jnp::minimum(jnp::maximum(x, lo), hi); }
+Value integer_pow(const Value& x, int n) {
+  if (n < 0) {
+    if (!is_float(x.dtype()))
+      builder("integer_pow").fail("integer_pow", "a negative exponent (" + std::to_string(n) + ") needs a float operand");
+    return 1.0 / integer_pow(x, -n);
+  }
+  Value result = jnp::full(x.shape(), 1.0, x.dtype());
+  Value base = x;
+  for (unsigned e = static_cast<unsigned>(n); e > 0; e >>= 1) {
+    if (e & 1u) result = result * base;
+    if (e > 1) base = base * base;
+  }
+  return result;
+}
+Value shift_left(const Value& a, const Value& b) { return trace::binary_op(ir::Op::ShiftLeft, a, b, "shift_left"); }
+Value shift_right_logical(const Value& a, const Value& b) {
+  return trace::binary_op(ir::Op::ShiftRightLogical, a, b, "shift_right_logical");
+}
+Value shift_right_arithmetic(const Value& a, const Value& b) {
+  return trace::binary_op(ir::Op::ShiftRightArithmetic, a, b, "shift_right_arithmetic");
+}
+Value population_count(const Value& x) {
+  return wrap(builder("population_count").unary(ir::Op::PopulationCount, as_value(x, "population_count")));
+}
+Value clz(const Value& x) { return wrap(builder("clz").unary(ir::Op::Clz, as_value(x, "clz"))); }
 }  // namespace lax
 
 }  // namespace palladium

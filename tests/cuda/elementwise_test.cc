@@ -124,8 +124,14 @@ TEST(CudaElementwise, IntegerUnaryAndWrapping) {
       r[3][pl::all] = jnp::abs(a);
       r[4][pl::all] = ~a;
       r[5][pl::all] = a * b * b * b + a;  // overflows the narrow types: wraps
+      r[6][pl::all] = jnp::sign(a);
+      r[7][pl::all] = pl::lax::shift_left(a, b);  // b's random amounts are mostly out of range
+      r[8][pl::all] = pl::lax::shift_right_logical(a, b & 7);
+      r[9][pl::all] = pl::lax::shift_right_arithmetic(a, b);
+      r[10][pl::all] = pl::lax::population_count(a);
+      r[11][pl::all] = pl::lax::clz(a);
     };
-    std::vector<ShapeDtype> outs(4, ShapeDtype(shape, t));
+    std::vector<ShapeDtype> outs(10, ShapeDtype(shape, t));
     check_kernel(kernel, outs, {.name = "int_unary"}, {sample(4, shape, t), sample(5, shape, t)});
   }
   // Bool logic.

@@ -329,6 +329,101 @@ TEST_P(ElementwiseTest, IntegerPowIsFloat32) {
   EXPECT_TRUE(matches(o, ref_f64({16}, [&](int64_t i) { return std::pow(x.get(i), y.get(i)); }), f32));
 }
 
+// Integer bit ops against an independent definition on the value's own width: shifts by amounts
+// in and out of [0, bits) (negative ones included), population count, leading zeros.
+TEST_P(ElementwiseTest, IntegerBitOps) {
+  Rng rng;
+  struct Op {
+    const char* name;
+    std::function<Value(const Value&, const Value&)> fn;
+  };
+  const std::vector<Op> ops = {
+      {"shift_left", [](const Value& a, const Value& b) { return pl::lax::shift_left(a, b); }},
+      {"shift_right_logical", [](const Value& a, const Value& b) { return pl::lax::shift_right_logical(a, b); }},
+      {"shift_right_arithmetic", [](const Value& a, const Value& b) { return pl::lax::shift_right_arithmetic(a, b); }},
+      {"population_count", [](const Value& a, const Value&) { return pl::lax::population_count(a); }},
+      {"clz", [](const Value& a, const Value&) { return pl::lax::clz(a); }},
+  };
+  auto reference = [](const std::string& op, DType t, int64_t x, int64_t amount) -> int64_t {
+    const int n = static_cast<int>(itemsize(t) * 8);
+    const uint64_t mask = n == 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
+    const uint64_t u = static_cast<uint64_t>(x) & mask;
+    const bool negative = (u >> (n - 1)) & 1;
+    const uint64_t by = static_cast<uint64_t>(amount);
+    uint64_t r = 0;
+    if (op == "shift_left") r = by >= static_cast<uint64_t>(n) ? 0 : (u << by) & mask;
+    else if (op == "shift_right_logical") r = by >= static_cast<uint64_t>(n) ? 0 : u >> by;
+    else if (op == "shift_right_arithmetic") {
+      if (by >= static_cast<uint64_t>(n)) r = negative ? mask : 0;
+      else r = (u >> by) | (negative && by > 0 ? (mask << (n - by)) & mask : 0);
+    } else if (op == "population_count") {
+      for (uint64_t v = u; v; v >>= 1) r += v & 1;
+    } else {
+      r = static_cast<uint64_t>(n);
+      for (int bit = n - 1; bit >= 0; --bit)
+        if ((u >> bit) & 1) { r = static_cast<uint64_t>(n - 1 - bit); break; }
+    }
+    // Back to the dtype's value (sign-extended for signed types).
+    const bool is_signed = t == i8 || t == i16 || t == i32 || t == i64;
+    if (is_signed && n < 64 && ((r >> (n - 1)) & 1)) r |= ~mask;
+    return static_cast<int64_t>(r);
+  };
+  for (const Op& op : ops) {
+    SCOPED_TRACE(op.name);
+    std::vector<Array> ins;
+    std::vector<ShapeDtype> outs;
+    for (DType t : int_dtypes()) {
+      const int64_t bits = static_cast<int64_t>(itemsize(t) * 8);
+      Array x = rng.any({64}, t), amount(Shape{64}, t);
+      for (int64_t i = 0; i < 64; ++i) amount.set(i, static_cast<double>(i % (bits + 4) - (t == u8 || t == u32 ? 0 : 2)));
+      ins.push_back(x);
+      ins.push_back(amount);
+      outs.emplace_back(Shape{64}, t);
+    }
+    auto fn = op.fn;
+    std::vector<Array> got = run_cases(std::string("bits_") + op.name, 2, ins, outs,
+                                       [fn](size_t, Refs in, const Ref& o) { o[pl::all] = fn(in[0][pl::all], in[1][pl::all]); });
+    for (size_t k = 0; k < int_dtypes().size(); ++k) {
+      const DType t = int_dtypes()[k];
+      SCOPED_TRACE(dtype_name(t));
+      const Array &x = ins[2 * k], &amount = ins[2 * k + 1];
+      Array ref = ref_int({64}, t, [&](int64_t i) { return reference(op.name, t, x.get_int(i), amount.get_int(i)); });
+      EXPECT_TRUE(matches(got[k], ref, t));
+    }
+  }
+}
+
+// square, isfinite (NaN and both infinities are not), lax::clamp and lax::integer_pow on floats.
+TEST_P(ElementwiseTest, SquareIsfiniteClampIntegerPow) {
+  Rng rng;
+  for (DType t : {f32, f64}) {
+    SCOPED_TRACE(dtype_name(t));
+    Array x = rng.values({32}, t, -3, 3);
+    x.set(3, INFINITY);
+    x.set(7, -INFINITY);
+    x.set(11, NAN);
+    std::vector<Array> got = run_kernel(
+        [](Refs r) {
+          Value v = r[0][pl::all];
+          r[1][pl::all] = jnp::square(v);
+          r[2][pl::all] = jnp::isfinite(v);
+          r[3][pl::all] = pl::lax::clamp(Value(-1.5), v, Value(2.0));
+          r[4][pl::all] = pl::lax::integer_pow(v, 5);
+          r[5][pl::all] = pl::lax::integer_pow(v, -3);
+        },
+        {ShapeDtype({32}, t), ShapeDtype({32}, bool_), ShapeDtype({32}, t), ShapeDtype({32}, t), ShapeDtype({32}, t)},
+        {.name = "float_extras"}, {x});
+    EXPECT_TRUE(matches(got[0], ref_f64({32}, [&](int64_t i) { return x.get(i) * x.get(i); }), t));
+    EXPECT_TRUE(matches(got[1], ref_int({32}, bool_, [&](int64_t i) { return std::isfinite(x.get(i)); }), bool_));
+    // NaN stays NaN (maximum and minimum propagate it, as XLA's clamp does).
+    EXPECT_TRUE(matches(got[2], ref_f64({32}, [&](int64_t i) {
+      return std::isnan(x.get(i)) ? NAN : std::min(std::max(x.get(i), -1.5), 2.0);
+    }), t));
+    EXPECT_TRUE(matches(got[3], ref_f64({32}, [&](int64_t i) { return std::pow(x.get(i), 5); }), t));
+    EXPECT_TRUE(matches(got[4], ref_f64({32}, [&](int64_t i) { return std::pow(x.get(i), -3); }), t));
+  }
+}
+
 // C++ numbers are weakly typed: they take the dtype of the tile they meet; a float literal meeting
 // an integer or bool tile makes float32 (JAX's rules for Python scalars).
 TEST_P(ElementwiseTest, WeakLiteralPromotion) {

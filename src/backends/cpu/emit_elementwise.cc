@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "backends/common/int_bits.h"
 #include "backends/cpu/emitter.h"
 #include "palladium/error.h"
 
@@ -127,6 +128,10 @@ std::string Emitter::elementwise_expr(const ir::Inst& in, const std::vector<std:
       if (fl) return rounded(rt, std::string(dbl ? "__builtin_fmod(" : "__builtin_fmodf(") + a[0] + ", " + a[1] + ")");
       return "pl_cpu::int_rem<" + ct + ">(" + a[0] + ", " + a[1] + ")";
     case ir::Op::Pow: return rounded(rt, "pl_cpu::pow(" + a[0] + ", " + a[1] + ")");
+    case ir::Op::ShiftLeft: case ir::Op::ShiftRightLogical: case ir::Op::ShiftRightArithmetic:
+    case ir::Op::PopulationCount: case ir::Op::Clz:
+      return backend::int_bit_expr(in.op, static_cast<int>(itemsize(ot) * 8), ct, a[0], a.size() > 1 ? a[1] : "",
+                                   "__builtin_popcountll", "__builtin_clzll");
     case ir::Op::Atan2:
       return rounded(rt, std::string(dbl ? "__builtin_atan2(" : "__builtin_atan2f(") + a[0] + ", " + a[1] + ")");
     case ir::Op::Max:

@@ -1,6 +1,7 @@
 // Leaves and elementwise ops: every operand has the result's shape, hence its layout, so each
 // thread computes its own slots with no data movement. Semantics follow the interpreter
 // (eval_elementwise.cc); device/cuda/pl_math.h holds the helpers named here.
+#include "backends/common/int_bits.h"
 #include "backends/cuda/emitter.h"
 
 namespace palladium::cuda {
@@ -93,6 +94,8 @@ std::string int_binary(ir::Op op, DType t, const std::string& a, const std::stri
     case ir::Op::And: return boolean ? "(" + a + " && " + b + ")" : "(" + T + ")(" + a + " & " + b + ")";
     case ir::Op::Or: return boolean ? "(" + a + " || " + b + ")" : "(" + T + ")(" + a + " | " + b + ")";
     case ir::Op::Xor: return boolean ? "(" + a + " != " + b + ")" : "(" + T + ")(" + a + " ^ " + b + ")";
+    case ir::Op::ShiftLeft: case ir::Op::ShiftRightLogical: case ir::Op::ShiftRightArithmetic:
+      return backend::int_bit_expr(op, static_cast<int>(itemsize(t) * 8), T, a, b, "__popcll", "__clzll");
     default: return "";
   }
 }
@@ -144,6 +147,9 @@ std::string Emitter::elementwise_expr(const ir::Inst& in, const std::vector<std:
         e = call("pl_wneg<" + reg_type(ot) + ">", a[0]);
       } else if (in.op == ir::Op::Abs) {
         e = call("pl_wabs<" + reg_type(ot) + ">", a[0]);
+      } else if (in.op == ir::Op::PopulationCount || in.op == ir::Op::Clz) {
+        e = backend::int_bit_expr(in.op, static_cast<int>(itemsize(ot) * 8), reg_type(ot), a[0], "", "__popcll",
+                                  "(int)__clzll");
       } else if (in.op == ir::Op::Sign) {
         e = "(" + reg_type(ot) + ")((" + a[0] + " > 0) - (" + a[0] + " < 0))";
       }

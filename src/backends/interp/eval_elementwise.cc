@@ -135,6 +135,29 @@ Tile eval_leaf(const ir::Inst& in, const ir::Type& result, const std::vector<int
   return r;
 }
 
+// Integer bit ops on the value's own width (the definitions; backends/common/int_bits.h emits them).
+uint64_t bits_of(DType t, int64_t v) {
+  const int n = static_cast<int>(itemsize(t) * 8);
+  return n == 64 ? static_cast<uint64_t>(v) : static_cast<uint64_t>(v) & ((uint64_t{1} << n) - 1);
+}
+int64_t count_bits(ir::Op op, DType t, int64_t v) {
+  const int n = static_cast<int>(itemsize(t) * 8);
+  const uint64_t u = bits_of(t, v);
+  if (op == ir::Op::PopulationCount) return __builtin_popcountll(u);
+  return u == 0 ? n : __builtin_clzll(u) - (64 - n);
+}
+int64_t shift(ir::Op op, DType t, int64_t x, int64_t amount) {
+  const int n = static_cast<int>(itemsize(t) * 8);
+  const uint64_t u = bits_of(t, x);
+  const int64_t s = n == 64 ? x : static_cast<int64_t>(u << (64 - n)) >> (64 - n);  // sign-extended
+  const uint64_t by = static_cast<uint64_t>(amount);  // negative amounts are out of range
+  switch (op) {
+    case ir::Op::ShiftLeft: return by >= static_cast<uint64_t>(n) ? 0 : static_cast<int64_t>(u << by);
+    case ir::Op::ShiftRightLogical: return by >= static_cast<uint64_t>(n) ? 0 : static_cast<int64_t>(u >> by);
+    default: return by >= static_cast<uint64_t>(n) ? (s < 0 ? -1 : 0) : s >> by;
+  }
+}
+
 Tile eval_unary(ir::Op op, const Tile& x) {
   Tile r = Tile::make(x.dtype, x.shape);
   r.poison = x.poison;
@@ -147,6 +170,7 @@ Tile eval_unary(ir::Op op, const Tile& x) {
     for (size_t k = 0; k < n; ++k) {
       int64_t v = x.i[k];
       if (op == ir::Op::Sign) r.i[k] = (v > 0) - (v < 0);
+      else if (op == ir::Op::PopulationCount || op == ir::Op::Clz) r.i[k] = count_bits(op, x.dtype, v);
       else r.i[k] = wrap_int(x.dtype, op == ir::Op::Neg ? -v : (v < 0 ? -v : v));
     }
   }
@@ -191,6 +215,9 @@ Tile eval_binary(ir::Op op, const Tile& a, const Tile& b, const Fail& fail) {
       case ir::Op::And: v = x & y; break;
       case ir::Op::Or: v = x | y; break;
       case ir::Op::Xor: v = x ^ y; break;
+      case ir::Op::ShiftLeft: case ir::Op::ShiftRightLogical: case ir::Op::ShiftRightArithmetic:
+        v = shift(op, a.dtype, x, y);
+        break;
       default: fail(std::string("no integer rule for ") + ir::op_name(op));
     }
     r.i[k] = wrap_int(a.dtype, v);
