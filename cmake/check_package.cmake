@@ -2,17 +2,8 @@
 # prefix, builds examples/consumer against it with find_package(Palladium), and again with only
 # pkg-config's flags, runs both, and removes the folder. Run with
 #   cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DGENERATOR=... -DCXX=... -P check_package.cmake
-string(RANDOM LENGTH 10 tag)
-set(tmp "${BUILD_DIR}/package-check-${tag}")
-
-function(run what)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    file(REMOVE_RECURSE "${tmp}")
-    message(FATAL_ERROR "${what} failed (${rc}):\n${out}\n${err}")
-  endif()
-  message(STATUS "${what}: ok\n${out}")
-endfunction()
+set(CHECK_NAME package-check)
+include(${CMAKE_CURRENT_LIST_DIR}/check_common.cmake)
 
 run("cmake --install" ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${tmp}/prefix")
 run("configure the consumer" ${CMAKE_COMMAND} -S "${SOURCE_DIR}/examples/consumer" -B "${tmp}/build" -G "${GENERATOR}"

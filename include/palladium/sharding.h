@@ -236,8 +236,10 @@ template <class F> class ShardedJitted {
     using R = std::decay_t<std::invoke_result_t<const F&, const A&...>>;
     Prepared p = prepare(args...);
     std::vector<Array> outs = detail::sharded_jit_call(*state_, p.key, p.flat, p.shape, p.trace, *p.out_shape);
-    if (*p.out_proto) remember(p.key, *p.out_proto);
-    return detail::tree_rebuild(outs, *std::static_pointer_cast<R>(proto_for(p.key)));
+    if (*p.out_proto) protos_.remember(p.key, *p.out_proto);
+    const std::shared_ptr<void> proto = protos_.find(p.key);
+    if (!proto) throw InternalError("sharded_jit: no result structure for a call that was not traced");
+    return detail::tree_rebuild(outs, *std::static_pointer_cast<R>(proto));
   }
   // The global program, the propagated shardings and the per-device program with its collectives.
   template <class... A> std::string lower(const A&... args) const {
@@ -303,22 +305,10 @@ template <class F> class ShardedJitted {
     };
     return p;
   }
-  void remember(const std::string& key, std::shared_ptr<void> p) const {
-    for (auto& [k, v] : *protos_)
-      if (k == key) { v = std::move(p); return; }
-    protos_->emplace_back(key, std::move(p));
-  }
-  std::shared_ptr<void> proto_for(const std::string& key) const {
-    for (auto& [k, v] : *protos_)
-      if (k == key) return v;
-    throw InternalError("sharded_jit: no result structure for a call that was not traced");
-  }
-
   F f_;
   std::vector<int> static_argnums_;
   std::shared_ptr<detail::ShardedJitState> state_;
-  std::shared_ptr<std::vector<std::pair<std::string, std::shared_ptr<void>>>> protos_ =
-      std::make_shared<std::vector<std::pair<std::string, std::shared_ptr<void>>>>();
+  detail::ResultProtos protos_;
 };
 
 // sharded_jit(f, in_parts, out_parts, options): f jitted and partitioned over num_partitions

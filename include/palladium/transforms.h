@@ -132,6 +132,26 @@ std::vector<Array> while_flat(const FlatFn& cond, const FlatFn& body, const std:
 std::vector<Array> cond_flat(const Array& pred, const FlatFn& on_true, const FlatFn& on_false,
                              const std::vector<Array>& operands);
 
+// The result structure of each traced signature: a transformed function's results are rebuilt from
+// the flat Arrays into it (recorded when the signature is traced; shared by copies of the function).
+class ResultProtos {
+ public:
+  void remember(const std::string& key, std::shared_ptr<void> p) const {
+    for (auto& [k, v] : *protos_)
+      if (k == key) { v = std::move(p); return; }
+    protos_->emplace_back(key, std::move(p));
+  }
+  std::shared_ptr<void> find(const std::string& key) const {
+    for (auto& [k, v] : *protos_)
+      if (k == key) return v;
+    return nullptr;
+  }
+
+ private:
+  std::shared_ptr<std::vector<std::pair<std::string, std::shared_ptr<void>>>> protos_ =
+      std::make_shared<std::vector<std::pair<std::string, std::shared_ptr<void>>>>();
+};
+
 template <class F, class... A> FlatFn flat_fn(const F& f, const std::tuple<A...>& proto_args,
                                               std::shared_ptr<void>& out_proto) {
   using R = std::decay_t<std::invoke_result_t<const F&, const A&...>>;
@@ -166,8 +186,8 @@ template <class F> class Jitted {
     detail::FlatFn trace = detail::flat_fn(f_, proto, out_proto);
     const std::string key = typeid(std::tuple<A...>).name();
     std::vector<Array> outs = detail::jit_call(*state_, key, flat, trace);
-    if (out_proto) remember(key, out_proto);
-    return detail::tree_rebuild(outs, *std::static_pointer_cast<R>(proto_for(key)));
+    if (out_proto) protos_.remember(key, out_proto);
+    return detail::tree_rebuild(outs, *std::static_pointer_cast<R>(protos_.find(key)));
   }
   // The program before and after optimisation, and the compiled steps, for these arguments.
   template <class... A> std::string lower(const A&... args) const {
@@ -178,20 +198,9 @@ template <class F> class Jitted {
   int trace_count() const { return detail::jit_trace_count(*state_); }
 
  private:
-  void remember(const std::string& key, std::shared_ptr<void> p) const {
-    for (auto& [k, v] : *protos_)
-      if (k == key) { v = std::move(p); return; }
-    protos_->emplace_back(key, std::move(p));
-  }
-  std::shared_ptr<void> proto_for(const std::string& key) const {
-    for (auto& [k, v] : *protos_)
-      if (k == key) return v;
-    return nullptr;
-  }
   F f_;
   std::shared_ptr<detail::JitState> state_;
-  std::shared_ptr<std::vector<std::pair<std::string, std::shared_ptr<void>>>> protos_ =
-      std::make_shared<std::vector<std::pair<std::string, std::shared_ptr<void>>>>();
+  detail::ResultProtos protos_;
 };
 template <class F> Jitted<F> jit(F f, JitOptions options = {}) { return Jitted<F>(std::move(f), std::move(options)); }
 

@@ -213,7 +213,6 @@ std::vector<std::vector<std::pair<int, int>>> grid_factor_dims(const detail::Cal
     std::map<const ir::Inst*, int> origin_muls;  // mul -> times it is an origin
     std::vector<std::pair<int, int>> dims;
     bool ok = true;
-    int origin_uses_of_pid = 0;
     for (const ir::RefParam& r : k.refs) {
       int following = 0;
       for (size_t dim = 0; dim < r.origin.size(); ++dim) {
@@ -221,7 +220,6 @@ std::vector<std::vector<std::pair<int, int>>> grid_factor_dims(const detail::Cal
         if (follows(r.origin[dim], r.block_shape[dim], &via) != static_cast<int>(g)) continue;
         ++following;
         if (via) ++origin_muls[via];
-        else ++origin_uses_of_pid;
         ok = ok && r.array_shape[dim] == k.grid[g] * r.block_shape[dim] && uses[r.origin[dim]] == 0;
         const int value = r.is_output ? num_operands + r.operand : operand_of_input.at(static_cast<size_t>(r.operand));
         dims.push_back({value, static_cast<int>(dim)});
@@ -238,7 +236,6 @@ std::vector<std::vector<std::pair<int, int>>> grid_factor_dims(const detail::Cal
       }
       ok = ok && uses[p->results[0]] == allowed;
     }
-    (void)origin_uses_of_pid;
     if (ok && !dims.empty()) out[g] = std::move(dims);
   }
   return out;

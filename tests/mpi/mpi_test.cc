@@ -17,11 +17,6 @@ using pl::Shape;
 namespace {
 
 using palladium::test_support::error_message;
-#define EXPECT_THAT_ERROR(expr, text)                                 \
-  do {                                                                \
-    const std::string message_ = error_message([&] { (void)(expr); }); \
-    EXPECT_NE(message_.find(text), std::string::npos) << message_;     \
-  } while (0)
 
 Array randn(Shape s, uint64_t seed) { return pl::random::normal(pl::random::key(seed), std::move(s)); }
 
@@ -72,15 +67,15 @@ TEST(Mpi, ShardMapCollectivesCrossProcesses) {
 TEST(Mpi, SeedCrossProcessErrors) {
   auto f = [](const Array& a) { return a + 1.0; };
   Array x = randn({8, 4}, 5);
-  EXPECT_THAT_ERROR(pl::sharded_jit(f, PartitionSpec(4, 1), pl::None)(x),
+  PL_EXPECT_ERROR(pl::sharded_jit(f, PartitionSpec(4, 1), pl::None)(x),
                     "Specify 'local_nparts' when using cross-process sharded_jit and all inputs and outputs are replicated.");
   pl::ShardedJitOptions o;
   o.local_num_partitions = 8;
-  EXPECT_THAT_ERROR(pl::sharded_jit(f, PartitionSpec(4, 1), pl::None, o)(x),
+  PL_EXPECT_ERROR(pl::sharded_jit(f, PartitionSpec(4, 1), pl::None, o)(x),
                     "sharded_jit computation requires 8 local devices, but only");
   if (pl::local_device_count() == 2) {
     o.local_num_partitions = 2;
-    EXPECT_THAT_ERROR(pl::sharded_jit(f, PartitionSpec(3, 1), pl::None, o)(randn({12, 4}, 7)),
+    PL_EXPECT_ERROR(pl::sharded_jit(f, PartitionSpec(3, 1), pl::None, o)(randn({12, 4}, 7)),
                       "sharded_jit across multiple hosts must use all available devices. Got 3 out of 4 requested "
                       "devices (local device count: 2)");
   }

@@ -22,11 +22,6 @@ namespace {
 
 using palladium::test_support::error_message;
 using palladium::test_support::ScopedEnv;
-#define EXPECT_THAT_ERROR(expr, text)                                 \
-  do {                                                                \
-    const std::string message_ = error_message([&] { (void)(expr); }); \
-    EXPECT_NE(message_.find(text), std::string::npos) << message_;     \
-  } while (0)
 
 Array randn(Shape s, uint64_t seed) { return pl::random::normal(pl::random::key(seed), std::move(s)); }
 
@@ -43,22 +38,22 @@ TEST(Sharding, VirtualCpuDevicesComeFromTheEnvironment) {
   ASSERT_EQ(ds.size(), 4u);
   EXPECT_EQ(ds[3].str(), "cpu:3");
   ScopedEnv bad("PALLADIUM_CPU_DEVICES", "lots");
-  EXPECT_THAT_ERROR(pl::devices(), "PALLADIUM_CPU_DEVICES='lots' is not a device count");
+  PL_EXPECT_ERROR(pl::devices(), "PALLADIUM_CPU_DEVICES='lots' is not a device count");
   ScopedEnv platform("PALLADIUM_PLATFORM", "tpu");
-  EXPECT_THAT_ERROR(pl::devices(), "PALLADIUM_PLATFORM='tpu' is not 'cpu' or 'cuda'");
+  PL_EXPECT_ERROR(pl::devices(), "PALLADIUM_PLATFORM='tpu' is not 'cpu' or 'cuda'");
 }
 
 TEST(Sharding, MeshAndSpecErrorsNameWhatIsWrong) {
   NEED_CPU_DEVICES(4);
-  EXPECT_THAT_ERROR(pl::make_mesh({4, 2}, {"x", "y"}), "needs 8 devices, but only 4 are available");
-  EXPECT_THAT_ERROR(pl::make_mesh({2, 2}, {"x", "x"}), "axis name 'x' is repeated");
+  PL_EXPECT_ERROR(pl::make_mesh({4, 2}, {"x", "y"}), "needs 8 devices, but only 4 are available");
+  PL_EXPECT_ERROR(pl::make_mesh({2, 2}, {"x", "x"}), "axis name 'x' is repeated");
   pl::Mesh mesh = pl::make_mesh({2, 2}, {"x", "y"});
-  EXPECT_THAT_ERROR(pl::NamedSharding(mesh, P("z")), "no mesh axis named 'z'; the mesh has axes ('x', 'y')");
-  EXPECT_THAT_ERROR(pl::NamedSharding(mesh, P("x", "x")), "mesh axis 'x' splits two dimensions");
-  EXPECT_THAT_ERROR(pl::NamedSharding(mesh, PartitionSpec(2, 1)), "gives partition counts");
-  EXPECT_THAT_ERROR(pl::device_put(randn({5, 4}, 1), pl::NamedSharding(mesh, P("x", "y"))),
+  PL_EXPECT_ERROR(pl::NamedSharding(mesh, P("z")), "no mesh axis named 'z'; the mesh has axes ('x', 'y')");
+  PL_EXPECT_ERROR(pl::NamedSharding(mesh, P("x", "x")), "mesh axis 'x' splits two dimensions");
+  PL_EXPECT_ERROR(pl::NamedSharding(mesh, PartitionSpec(2, 1)), "gives partition counts");
+  PL_EXPECT_ERROR(pl::device_put(randn({5, 4}, 1), pl::NamedSharding(mesh, P("x", "y"))),
                     "device_put: dimension 0 of shape (5, 4) is not divisible into 2 pieces");
-  EXPECT_THAT_ERROR(pl::device_put(randn({4}, 1), pl::NamedSharding(mesh, P("x", "y"))),
+  PL_EXPECT_ERROR(pl::device_put(randn({4}, 1), pl::NamedSharding(mesh, P("x", "y"))),
                     "P('x', 'y') has 2 entries for an array of rank 1");
 }
 
@@ -79,7 +74,7 @@ TEST(Sharding, DevicePutSplitsAndToHostGathers) {
   EXPECT_EQ(s.sharded()->pieces[3].get(0), a.get(2 * 8 + 4));
   const std::string layout = pl::layout_str(s);
   EXPECT_TRUE(contains(layout, "cpu:3  [2:4, 4:8]")) << layout;
-  EXPECT_THAT_ERROR(s.data(), "the array is sharded over 8 devices");
+  PL_EXPECT_ERROR(s.data(), "the array is sharded over 8 devices");
   // Eager ops on a sharded Array see its global value.
   EXPECT_TRUE(pl::array_equal(pl::to_host(s * 2.0), pl::to_host(a * 2.0)));
   // Resharding a sharded Array.
@@ -232,7 +227,7 @@ TEST(Sharding, ReplicatedOnlyCallsTakeNumPartitions) {
   NEED_CPU_DEVICES(2);
   auto f = [](const Array& x) { return x + 1.0; };
   Array x = randn({4}, 17);
-  EXPECT_THAT_ERROR(pl::sharded_jit(f, pl::None, pl::None)(x), "every PartitionSpec is replicated (None)");
+  PL_EXPECT_ERROR(pl::sharded_jit(f, pl::None, pl::None)(x), "every PartitionSpec is replicated (None)");
   pl::ShardedJitOptions o;
   o.num_partitions = 2;
   Array out = pl::sharded_jit(f, pl::None, pl::None, o)(x);
@@ -245,28 +240,28 @@ TEST(Sharding, SeedErrorsHaveMessages) {
   NEED_CPU_DEVICES(2);
   auto f = [](const Array& x, const Array& y) { return x + y; };
   Array x = randn({8, 4}, 18), y = randn({8, 4}, 19);
-  EXPECT_THAT_ERROR(pl::sharded_jit(f, {PartitionSpec(4, 1), PartitionSpec(4, 1)}, pl::None)(x, y),
+  PL_EXPECT_ERROR(pl::sharded_jit(f, {PartitionSpec(4, 1), PartitionSpec(4, 1)}, pl::None)(x, y),
                     "sharded_jit computation requires 4 devices, but only 2 devices are available.");
-  EXPECT_THAT_ERROR(pl::sharded_jit(f, {PartitionSpec(2, 1), PartitionSpec(1, 1)}, PartitionSpec(1, 4))(x, y),
+  PL_EXPECT_ERROR(pl::sharded_jit(f, {PartitionSpec(2, 1), PartitionSpec(1, 1)}, PartitionSpec(1, 4))(x, y),
                     "the PartitionSpecs disagree on the number of partitions: PartitionSpec(2, 1) (argument 0), "
                     "PartitionSpec(1, 4) (output 0)");
-  EXPECT_THAT_ERROR(pl::sharded_jit(f, {PartitionSpec(2), pl::None}, pl::None)(x, y),
+  PL_EXPECT_ERROR(pl::sharded_jit(f, {PartitionSpec(2), pl::None}, pl::None)(x, y),
                     "PartitionSpec(2) of argument 0 has 1 dimensions but the array f32[8,4] has rank 2");
   pl::ShardedJitOptions o;
   o.static_argnums = {2};
-  EXPECT_THAT_ERROR(pl::sharded_jit(f, PartitionSpec(2, 1), pl::None, o)(x, y),
+  PL_EXPECT_ERROR(pl::sharded_jit(f, PartitionSpec(2, 1), pl::None, o)(x, y),
                     "static_argnums entry 2 is out of range for a function of 2 arguments");
-  EXPECT_THAT_ERROR(pl::with_sharding_constraint(x, PartitionSpec(2, 1)),
+  PL_EXPECT_ERROR(pl::with_sharding_constraint(x, PartitionSpec(2, 1)),
                     "with_sharding_constraint: called outside sharded_jit");
-  EXPECT_THAT_ERROR(pl::jit([](const Array& a) { return pl::with_sharding_constraint(a, PartitionSpec(2, 1)); })(x),
+  PL_EXPECT_ERROR(pl::jit([](const Array& a) { return pl::with_sharding_constraint(a, PartitionSpec(2, 1)); })(x),
                     "with_sharding_constraint: called outside sharded_jit");
-  EXPECT_THAT_ERROR(pl::sharded_jit(f, {PartitionSpec(2, 1), pl::None, pl::None}, pl::None)(x, y),
+  PL_EXPECT_ERROR(pl::sharded_jit(f, {PartitionSpec(2, 1), pl::None, pl::None}, pl::None)(x, y),
                     "in_parts (PartitionSpec(2, 1), None, None) has 3 entries for 2 elements");
-  EXPECT_THAT_ERROR(pl::sharded_jit(f, {PartitionSpec(2, 1), pl::None}, pl::None)(randn({7, 4}, 1), randn({7, 4}, 2)),
+  PL_EXPECT_ERROR(pl::sharded_jit(f, {PartitionSpec(2, 1), pl::None}, pl::None)(randn({7, 4}, 1), randn({7, 4}, 2)),
                     "splits dimension 0 of size 7 (f32[7,4]) into 2 pieces, which does not divide it");
   pl::ShardedJitOptions local;
   local.local_in_parts = pl::Parts(PartitionSpec(2, 1));
-  EXPECT_THAT_ERROR(pl::sharded_jit(f, PartitionSpec(2, 1), pl::None, local),
+  PL_EXPECT_ERROR(pl::sharded_jit(f, PartitionSpec(2, 1), pl::None, local),
                     "describe a cross-process call; pass local_num_partitions too");
 }
 
@@ -323,7 +318,7 @@ TEST(Sharding, PpermuteShiftsAlongARing) {
   auto partial = pl::shard_map([](const Array& b) { return pl::ppermute(b, "i", {{0, 1}}); }, mesh, {P("i")},
                                {P("i")})(a);
   EXPECT_EQ(pl::to_host(partial).get(0), 0.0);
-  EXPECT_THAT_ERROR(pl::shard_map([](const Array& b) { return pl::ppermute(b, "i", {{0, 4}}); }, mesh, {P("i")},
+  PL_EXPECT_ERROR(pl::shard_map([](const Array& b) { return pl::ppermute(b, "i", {{0, 4}}); }, mesh, {P("i")},
                                   {P("i")})(a),
                     "ppermute: pair (0, 4) is out of range for axis 'i' of size 4");
 }
@@ -350,13 +345,13 @@ TEST(Sharding, GradThroughShardMapCollectives) {
 
 TEST(Sharding, CollectivesOutsideShardMapAreErrors) {
   Array a = randn({4}, 24);
-  EXPECT_THAT_ERROR(pl::psum(a, "x"), "psum: called outside shard_map (mesh axes 'x' are bound only inside");
-  EXPECT_THAT_ERROR(pl::axis_index("x"), "axis_index: called outside shard_map");
+  PL_EXPECT_ERROR(pl::psum(a, "x"), "psum: called outside shard_map (mesh axes 'x' are bound only inside");
+  PL_EXPECT_ERROR(pl::axis_index("x"), "axis_index: called outside shard_map");
   NEED_CPU_DEVICES(2);
   pl::Mesh mesh = pl::make_mesh({2}, {"d"});
-  EXPECT_THAT_ERROR(pl::shard_map([](const Array& b) { return pl::psum(b, "e"); }, mesh, {P("d")}, {P("d")})(a),
+  PL_EXPECT_ERROR(pl::shard_map([](const Array& b) { return pl::psum(b, "e"); }, mesh, {P("d")}, {P("d")})(a),
                     "psum: no mesh axis named 'e'; the mesh has axes ('d')");
-  EXPECT_THAT_ERROR(pl::shard_map([](const Array& b) { return b; }, mesh, {P("d"), P("d")}, {P("d")})(a),
+  PL_EXPECT_ERROR(pl::shard_map([](const Array& b) { return b; }, mesh, {P("d"), P("d")}, {P("d")})(a),
                     "shard_map: 2 in_specs for 1 arguments");
 }
 
@@ -375,9 +370,9 @@ TEST(Sharding, CommunicatorAbortReachesWaitingDevices) {
 TEST(Sharding, CommunicatorTimesOutNamingMissingDevices) {
   ScopedEnv env("PALLADIUM_COLLECTIVE_TIMEOUT_S", "0.2");
   pl::sharding::InProcessCommunicator comm(3);
-  EXPECT_THAT_ERROR(comm.exchange(0, {0, 1, 2}, randn({2}, 26), "all_reduce"),
+  PL_EXPECT_ERROR(comm.exchange(0, {0, 1, 2}, randn({2}, 26), "all_reduce"),
                     "all_reduce timed out: device 0 waited 0.2");
-  EXPECT_THAT_ERROR(comm.exchange(1, {0, 1, 2}, randn({2}, 27), "all_reduce"), "all_reduce timed out");
+  PL_EXPECT_ERROR(comm.exchange(1, {0, 1, 2}, randn({2}, 27), "all_reduce"), "all_reduce timed out");
 }
 
 }  // namespace
@@ -515,9 +510,9 @@ TEST(ShardingJit, JitWithNamedShardings) {
   EXPECT_TRUE(pl::array_equal(pl::to_host(g(xs, w)), pl::to_host(out)));
 
   pl::Mesh other = pl::make_mesh({8}, {"all"});
-  EXPECT_THAT_ERROR(pl::jit(f, pl::JitShardings{{rows, pl::NamedSharding(other, P("all"))}, pl::None})(x, w),
+  PL_EXPECT_ERROR(pl::jit(f, pl::JitShardings{{rows, pl::NamedSharding(other, P("all"))}, pl::None})(x, w),
                     "the NamedShardings are on different meshes");
-  EXPECT_THAT_ERROR(pl::sharded_jit(f, {rows, PartitionSpec(2, 1)}, pl::None)(x, w),
+  PL_EXPECT_ERROR(pl::sharded_jit(f, {rows, PartitionSpec(2, 1)}, pl::None)(x, w),
                     "partition counts (PartitionSpec(2, 1) (argument 1)) mixed with NamedShardings");
 }
 

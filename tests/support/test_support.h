@@ -36,6 +36,14 @@ template <class E = Error, class Fn> std::string error_message(Fn&& fn) {
   return "<no " + expected + " thrown>";
 }
 
+// Expects `expr` to throw a palladium::Error whose message contains `text`; prints the message (or
+// what happened instead) when it does not.
+#define PL_EXPECT_ERROR(expr, text)                                                                      \
+  do {                                                                                                   \
+    const std::string pl_message_ = ::palladium::test_support::error_message([&] { (void)(expr); });    \
+    EXPECT_NE(pl_message_.find(text), std::string::npos) << pl_message_;                                \
+  } while (0)
+
 // Sets an environment variable for the scope of a test, restoring the old value after.
 class ScopedEnv {
  public:
