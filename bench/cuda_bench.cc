@@ -28,6 +28,7 @@
 #include "backends/cuda/device_runtime.h"
 #include "ops/attention.h"
 #include "ops/indrnn.h"
+#include "ops/norms.h"
 
 #ifdef PL_HAVE_CUBLASLT
 #include <cublasLt.h>
@@ -381,6 +382,40 @@ void bench_indrnn() {
   }
 }
 
+// Layer norm, RMS norm and softmax forward over (tokens, hidden): bytes moved are one read and
+// one write of x (the affine vectors and row statistics are noise); checked against float64.
+void bench_norms() {
+  const int64_t rows = 8192, features = 4096;
+  for (pl::DType t : {pl::DType::bfloat16, pl::f32}) {
+    auto keys = pl::random::split(pl::random::key(21), 3);
+    pl::Array x = pl::random::normal(keys[0], {rows, features}, t);
+    pl::Array w = pl::random::normal(keys[1], {features}, t), b = pl::random::normal(keys[2], {features}, t);
+    pl::Array dx = pl::to_device(x, gpu()), dw = pl::to_device(w, gpu()), db = pl::to_device(b, gpu());
+    const std::string shape = std::string(pl::dtype_short_name(t)) + " " + std::to_string(rows) + "x" + std::to_string(features);
+    const double bytes = 2.0 * static_cast<double>(rows * features) * static_cast<double>(pl::itemsize(t));
+    const double tol = t == pl::f32 ? 1e-5 : 1e-2;
+    pl::Array x64 = x.astype(pl::f64), w64 = w.astype(pl::f64), b64 = b.astype(pl::f64);
+    pl::Array centered = x64 - pl::jnp::mean(x64, {1}, true);
+    const pl::Array ln_ref = centered * pl::jnp::rsqrt(pl::jnp::mean(centered * centered, {1}, true) + 1e-5) * w64 + b64;
+    const pl::Array rms_ref = x64 * pl::jnp::rsqrt(pl::jnp::mean(x64 * x64, {1}, true) + 1e-5) * w64;
+    const pl::Array sm_ref = pl::nn::softmax(x64, -1);
+    for (int64_t block : {1, 4, 16}) {
+      pl::ops::NormOptions o{.eps = 1e-5, .block_rows = block, .backend = "cuda"};
+      const std::string sys = "palladium rows/program " + std::to_string(block);
+      pl::Array out;
+      double ms = kernel_ms([&] { out = pl::ops::layer_norm(dx, dw, db, o); }, 2, 20);
+      check("layer_norm " + shape + " b" + std::to_string(block), pl::rel_error(pl::to_host(out), ln_ref), tol);
+      report("layer_norm fwd", shape, sys, ms, gbps(bytes, ms));
+      ms = kernel_ms([&] { out = pl::ops::rms_norm(dx, dw, o); }, 2, 20);
+      check("rms_norm " + shape + " b" + std::to_string(block), pl::rel_error(pl::to_host(out), rms_ref), tol);
+      report("rms_norm fwd", shape, sys, ms, gbps(bytes, ms));
+      ms = kernel_ms([&] { out = pl::ops::softmax(dx, o); }, 2, 20);
+      check("softmax " + shape + " b" + std::to_string(block), pl::rel_error(pl::to_host(out), sm_ref), tol);
+      report("softmax fwd", shape, sys, ms, gbps(bytes, ms));
+    }
+  }
+}
+
 // Compile time of the attention kernel: the first call in this process (device already
 // initialised). With an empty cache directory that is trace + codegen + NVRTC + module load
 // ("compile"); run again as a second process on the same directory ("compile-disk") it is
@@ -456,6 +491,7 @@ int main(int argc, char** argv) {
       else if (p == "attention") bench_attention();
       else if (p == "attention-bwd") bench_attention_backward();
       else if (p == "indrnn") bench_indrnn();
+      else if (p == "norms") bench_norms();
       else if (p == "launch") bench_launch();
     } catch (const std::exception& e) {
       fail(p + ": " + e.what());
