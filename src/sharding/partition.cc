@@ -279,6 +279,8 @@ class Partitioner {
       return;
     }
     if (e.prim == Prim::scan) return scan_equation(e);
+    if (e.prim == Prim::while_loop) return while_equation(e);
+    if (e.prim == Prim::cond) return cond_equation(e);
     const std::vector<Factor> factors = factor_rule(e.prim)(e, g_);
     // Of the two ways to settle clashes, the one that moves fewer bytes.
     std::vector<std::vector<int>> axes = assign(e, factors, false);
@@ -356,6 +358,74 @@ class Partitioner {
       local_[static_cast<size_t>(var)] = reshard(outs[o], g_.type(var), made[o], wanted(var));
       cur_[static_cast<size_t>(var)] = wanted(var);
     }
+  }
+
+  // Emits a control-flow equation with partitioned regions and records its results, produced as
+  // `made`, resharded to what is wanted of them.
+  void emit_control(const Eqn& e, Params q, const std::vector<int>& ins, const std::vector<Sharding>& made) {
+    q.out_types.clear();
+    for (size_t o = 0; o < e.outs.size(); ++o)
+      q.out_types.push_back({made[o].local_shape(g_.type(e.outs[o]).shape), g_.type(e.outs[o]).dtype});
+    std::vector<int> outs = emit_all(e.prim, std::move(q), ins);
+    for (size_t o = 0; o < e.outs.size(); ++o) {
+      const int var = e.outs[o];
+      local_[static_cast<size_t>(var)] = reshard(outs[o], g_.type(var), made[o], wanted(var));
+      cur_[static_cast<size_t>(var)] = wanted(var);
+    }
+  }
+  std::shared_ptr<const Program> partitioned(const Program& region, const std::vector<Sharding>& in,
+                                             const std::vector<std::optional<Sharding>>& out, std::vector<Sharding>* made) {
+    Partitioned part = partition(region, in, out, mesh_);
+    if (made) *made = part.out;
+    return std::make_shared<Program>(program::optimize(part.local));
+  }
+
+  // while_loop (ins: cond consts (count), body consts (count2), carries): the carries keep their
+  // propagated layout through the body; the condition's result is wanted replicated, so every
+  // device computes the same predicate (collectives inside it make it so) and they stop together.
+  void while_equation(const Eqn& e) {
+    const size_t nc = static_cast<size_t>(e.params.count), nb = static_cast<size_t>(e.params.count2);
+    std::vector<int> ins;
+    std::vector<Sharding> lay;
+    for (size_t i = 0; i < e.ins.size(); ++i) {
+      const int var = e.ins[i];
+      const Sharding want = i < nc + nb ? cur_[static_cast<size_t>(var)] : sh_[static_cast<size_t>(e.outs[i - nc - nb])];
+      ins.push_back(reshard(local_[static_cast<size_t>(var)], g_.type(var), cur_[static_cast<size_t>(var)], want));
+      lay.push_back(want);
+    }
+    std::vector<Sharding> carries(lay.begin() + static_cast<std::ptrdiff_t>(nc + nb), lay.end());
+    std::vector<Sharding> cond_in(lay.begin(), lay.begin() + static_cast<std::ptrdiff_t>(nc));
+    cond_in.insert(cond_in.end(), carries.begin(), carries.end());
+    std::vector<Sharding> body_in(lay.begin() + static_cast<std::ptrdiff_t>(nc), lay.begin() + static_cast<std::ptrdiff_t>(nc + nb));
+    body_in.insert(body_in.end(), carries.begin(), carries.end());
+    Params q = e.params;
+    q.regions = {partitioned(*e.params.regions.at(0), cond_in, {Sharding::replicated(mesh_, 0)}, nullptr),
+                 partitioned(*e.params.regions.at(1), body_in,
+                             std::vector<std::optional<Sharding>>(carries.begin(), carries.end()), nullptr)};
+    emit_control(e, std::move(q), ins, carries);
+  }
+
+  // cond (ins: pred, the true branch's operands (count), the false branch's): the predicate is
+  // replicated (every device takes the same branch); the operands stay as they lie; the false
+  // branch returns its results laid out as the true branch's.
+  void cond_equation(const Eqn& e) {
+    const size_t nt = static_cast<size_t>(e.params.count);
+    std::vector<int> ins;
+    std::vector<Sharding> lay;
+    for (size_t i = 0; i < e.ins.size(); ++i) {
+      const int var = e.ins[i];
+      const Sharding want = i == 0 ? Sharding::replicated(mesh_, g_.type(var).shape.size()) : cur_[static_cast<size_t>(var)];
+      ins.push_back(reshard(local_[static_cast<size_t>(var)], g_.type(var), cur_[static_cast<size_t>(var)], want));
+      lay.push_back(want);
+    }
+    std::vector<Sharding> made;
+    Params q = e.params;
+    auto on_true = partitioned(*e.params.regions.at(0), std::vector<Sharding>(lay.begin() + 1, lay.begin() + 1 + static_cast<std::ptrdiff_t>(nt)),
+                               std::vector<std::optional<Sharding>>(e.outs.size()), &made);
+    auto on_false = partitioned(*e.params.regions.at(1), std::vector<Sharding>(lay.begin() + 1 + static_cast<std::ptrdiff_t>(nt), lay.end()),
+                                std::vector<std::optional<Sharding>>(made.begin(), made.end()), nullptr);
+    q.regions = {on_true, on_false};
+    emit_control(e, std::move(q), ins, made);
   }
 
   // The equation's params on local shapes.

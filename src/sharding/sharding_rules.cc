@@ -301,6 +301,35 @@ Factors factors_scan(const Eqn& e, const Program& p) {
   return fs;
 }
 
+// while_loop (ins: cond consts, body consts, carries; outs: carries): a carry's result lies as its
+// initial value (the partitioner makes the body keep it so).
+Factors factors_while(const Eqn& e, const Program& p) {
+  const int n_in = operands(e);
+  const int first = static_cast<int>(e.params.count + e.params.count2);
+  Factors fs;
+  for (int k = 0; first + k < n_in; ++k)
+    for (int d = 0; d < static_cast<int>(in_shape(e, p, static_cast<size_t>(first + k)).size()); ++d)
+      fs.push_back({{{first + k, d}, {n_in + k, d}}, false});
+  return fs;
+}
+
+// cond (ins: pred, the true branch's operands (count), the false branch's): for propagation only,
+// a result with the shape of a true-branch operand is guessed to lie as it; the partitioner takes
+// the branches' real layout.
+Factors factors_cond(const Eqn& e, const Program& p) {
+  const int n_in = operands(e), n_true = static_cast<int>(e.params.count);
+  Factors fs;
+  for (int o = 0; o < static_cast<int>(e.outs.size()); ++o) {
+    const Shape& out = out_shape(e, p, static_cast<size_t>(o));
+    for (int i = 1; i <= n_true; ++i) {
+      if (in_shape(e, p, static_cast<size_t>(i)) != out) continue;
+      for (int d = 0; d < static_cast<int>(out.size()); ++d) fs.push_back({{{i, d}, {n_in + o, d}}, false});
+      break;
+    }
+  }
+  return fs;
+}
+
 Factors factors_none(const Eqn&, const Program&) { return {}; }
 
 const FactorRule kRules[] = {

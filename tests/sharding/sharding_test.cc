@@ -543,3 +543,25 @@ TEST(ShardingGpu, DataParallelStepOnTheGpus) {
 }
 
 }  // namespace
+
+namespace {
+
+// while_loop and cond on pieces: the carries stay split; the loop condition and the branch
+// predicate are computed identically on every device (an all_reduce inside the condition).
+TEST(ShardingScan, WhileLoopAndCondArePartitioned) {
+  NEED_CPU_DEVICES(4);
+  auto f = [](const Array& x) {
+    Array grown = pl::while_loop([](const Array& c) { return pl::jnp::sum(pl::jnp::abs(c)) < 1000.0; },
+                                 [](const Array& c) { return c * 2.0 + 0.5; }, x);
+    return pl::cond(pl::jnp::sum(grown) > 0.0, [](const Array& a) { return pl::jnp::sin(a); },
+                    [](const Array& a) { return a * -1.0; }, grown);
+  };
+  Array x = randn({8, 6}, 70);
+  auto g = pl::sharded_jit(f, PartitionSpec(4, 1), PartitionSpec(4, 1));
+  EXPECT_LT(pl::rel_error(pl::to_host(g(x)), pl::jit(f)(x).astype(pl::f64)), 1e-6);
+  const std::string low = g.lower(x);
+  EXPECT_FALSE(contains(low, "= all_gather")) << low;  // the carries never leave their devices
+  EXPECT_TRUE(contains(low, "all_reduce")) << low;     // the conditions' sums
+}
+
+}  // namespace
