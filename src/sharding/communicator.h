@@ -56,8 +56,7 @@ class InProcessCommunicator final : public Communicator {
 
 // The device this thread runs for in an SPMD run, and its communicator.
 struct SpmdContext {
-  std::shared_ptr<const Mesh> mesh;
-  int64_t position = 0;
+  int64_t position = 0;  // in the mesh of the collective being run (its params name it)
   Communicator* comm = nullptr;
 };
 // The context of this thread (nullptr outside an SPMD run); set for a scope.

@@ -57,12 +57,6 @@ Sharding Sharding::replicated(std::shared_ptr<const Mesh> mesh, size_t rank) {
   return Sharding{std::move(mesh), std::vector<std::vector<int>>(rank)};
 }
 
-bool Sharding::is_replicated() const {
-  for (const auto& d : dims)
-    if (!d.empty()) return false;
-  return true;
-}
-
 int64_t Sharding::pieces(size_t d) const {
   int64_t n = 1;
   for (int a : dims.at(d)) n *= mesh->shape().at(static_cast<size_t>(a));

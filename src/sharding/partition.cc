@@ -340,24 +340,11 @@ class Partitioner {
       body_in.push_back(step);
       if (i >= n_const && i < n_const + n_carry) body_out[i - n_const] = step;
     }
-    Partitioned part = partition(body, body_in, body_out, mesh_);
-    part.local = program::optimize(part.local);
-    Params q = e.params;
-    q.out_types.clear();
     std::vector<Sharding> made;
-    for (size_t o = 0; o < e.outs.size(); ++o) {
-      Sharding s = part.out[o];
-      if (o >= n_carry) s.dims.insert(s.dims.begin(), std::vector<int>{});
-      q.out_types.push_back({s.local_shape(g_.type(e.outs[o]).shape), g_.type(e.outs[o]).dtype});
-      made.push_back(std::move(s));
-    }
-    q.regions = {std::make_shared<Program>(std::move(part.local))};
-    std::vector<int> outs = emit_all(Prim::scan, std::move(q), ins);
-    for (size_t o = 0; o < e.outs.size(); ++o) {
-      const int var = e.outs[o];
-      local_[static_cast<size_t>(var)] = reshard(outs[o], g_.type(var), made[o], wanted(var));
-      cur_[static_cast<size_t>(var)] = wanted(var);
-    }
+    Params q = e.params;
+    q.regions = {partitioned(body, body_in, body_out, &made)};
+    for (size_t o = n_carry; o < made.size(); ++o) made[o].dims.insert(made[o].dims.begin(), std::vector<int>{});
+    emit_control(e, std::move(q), ins, made);
   }
 
   // Emits a control-flow equation with partitioned regions and records its results, produced as

@@ -98,7 +98,7 @@ std::vector<Array> shard_map_call(const std::string& name, const FlatFn& f, cons
   const program::Program local = program::optimize(traced.program);
   PL_CHECK(out_specs.size() == local.outputs.size(), name, ": ", out_specs.size(), " out_specs for ",
            local.outputs.size(), " results");
-  auto exe = sharding::compile_spmd(local, mesh_value, name);
+  auto exe = sharding::compile_spmd(local, mesh_value);
   const int64_t n = mesh->size();
   std::vector<std::vector<Array>> per_device(static_cast<size_t>(n));
   for (size_t i = 0; i < args.size(); ++i) {

@@ -19,7 +19,6 @@ struct Sharding {
   std::vector<std::vector<int>> dims;  // per dimension: mesh axis indices, major first
 
   static Sharding replicated(std::shared_ptr<const Mesh> mesh, size_t rank);
-  bool is_replicated() const;
   int64_t pieces(size_t d) const;  // how many pieces dimension d is cut into
   Shape local_shape(const Shape& global) const;
   // Which piece of dimension d the device at mesh `position` holds.
@@ -86,7 +85,7 @@ struct ConstraintSpec {
 // each GPU gets its own). Collectives between GPUs go through the in-process engine (host copies)
 // until the NCCL engine exists.
 using SpmdExecutable = std::vector<std::shared_ptr<program::Executable>>;
-SpmdExecutable compile_spmd(const program::Program& local, const Mesh& mesh, const std::string& what);
+SpmdExecutable compile_spmd(const program::Program& local, const Mesh& mesh);
 // Runs it on every device of `mesh`, one thread each: inputs[position] are that device's Arrays;
 // returns each device's results. A failure on any device fails the call on all of them.
 std::vector<std::vector<Array>> run_spmd(const SpmdExecutable& exe, const std::shared_ptr<const Mesh>& mesh,

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "core/grid_mapping.h"
 #include "ir/ir.h"
@@ -210,7 +211,7 @@ std::vector<std::vector<std::pair<int, int>>> grid_factor_dims(const detail::Cal
     if (d.inputs[i]) operand_of_input[i] = next++;
   const int num_operands = next;
   for (size_t g = 0; g < k.grid.size(); ++g) {
-    std::map<const ir::Inst*, int> origin_muls;  // mul -> times it is an origin
+    std::set<const ir::Inst*> origin_muls;  // the muls that compute origins
     std::vector<std::pair<int, int>> dims;
     bool ok = true;
     for (const ir::RefParam& r : k.refs) {
@@ -219,7 +220,7 @@ std::vector<std::vector<std::pair<int, int>>> grid_factor_dims(const detail::Cal
         const ir::Inst* via = nullptr;
         if (follows(r.origin[dim], r.block_shape[dim], &via) != static_cast<int>(g)) continue;
         ++following;
-        if (via) ++origin_muls[via];
+        if (via) origin_muls.insert(via);
         ok = ok && r.array_shape[dim] == k.grid[g] * r.block_shape[dim] && uses[r.origin[dim]] == 0;
         const int value = r.is_output ? num_operands + r.operand : operand_of_input.at(static_cast<size_t>(r.operand));
         dims.push_back({value, static_cast<int>(dim)});
@@ -230,8 +231,7 @@ std::vector<std::vector<std::pair<int, int>>> grid_factor_dims(const detail::Cal
     for (const ir::Inst* p : pid_insts) {
       if (p->i0 != static_cast<int64_t>(g)) continue;
       int allowed = 0;
-      for (auto [mul, n] : origin_muls) {
-        (void)n;
+      for (const ir::Inst* mul : origin_muls) {
         for (ir::ValueId v : mul->operands) allowed += v == p->results[0] ? 1 : 0;
       }
       ok = ok && uses[p->results[0]] == allowed;

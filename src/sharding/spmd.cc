@@ -12,8 +12,7 @@
 
 namespace palladium::sharding {
 
-SpmdExecutable compile_spmd(const program::Program& local, const Mesh& mesh, const std::string& what) {
-  (void)what;
+SpmdExecutable compile_spmd(const program::Program& local, const Mesh& mesh) {
   SpmdExecutable exes;
   std::shared_ptr<program::Executable> host;  // virtual CPU devices share one compiled program
   for (const Device& d : mesh.devices()) {
@@ -38,7 +37,7 @@ std::vector<std::vector<Array>> run_spmd(const SpmdExecutable& exe, const std::s
   std::mutex mu;
   bool failed = false;
   auto body = [&](int64_t pos) {
-    SpmdContext ctx{mesh, pos, &comm};
+    SpmdContext ctx{pos, &comm};
     ScopedSpmdContext scope(&ctx);
     try {
       outs[static_cast<size_t>(pos)] = exe[static_cast<size_t>(pos)]->run(inputs[static_cast<size_t>(pos)]);

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "backends/common/int_bits.h"
+#include "backends/common/libm_ops.h"
 #include "backends/cpu/emitter.h"
 #include "palladium/error.h"
 
@@ -87,6 +88,11 @@ std::string Emitter::elementwise_expr(const ir::Inst& in, const std::vector<std:
   auto builtin = [&](const char* fn) { return rounded(rt, std::string("__builtin_") + fn + (dbl ? "" : "f") + "(" + a[0] + ")"); };
   auto bin = [&](const char* op) { return rounded(rt, a[0] + " " + op + " " + a[1]); };
   auto cmp = [&](const char* op) { return "(" + a[0] + " " + op + " " + a[1] + ")"; };
+  if (const char* fn = backend::libm_function(in.op)) {
+    std::string args = a[0];
+    for (size_t i = 1; i < a.size(); ++i) args += ", " + a[i];
+    return rounded(rt, std::string("__builtin_") + fn + (dbl ? "" : "f") + "(" + args + ")");
+  }
   switch (in.op) {
     case ir::Op::Const: return literal(rt, in.f, in.i0);
     case ir::Op::Neg: return fl ? "(-" + a[0] + ")" : rounded(rt, "-" + a[0]);
@@ -108,14 +114,6 @@ std::string Emitter::elementwise_expr(const ir::Inst& in, const std::vector<std:
     case ir::Op::Erf: return call("erf");
     case ir::Op::Floor: return builtin("floor");
     case ir::Op::Ceil: return builtin("ceil");
-    case ir::Op::Expm1: return builtin("expm1");
-    case ir::Op::Tan: return builtin("tan");
-    case ir::Op::Asin: return builtin("asin");
-    case ir::Op::Acos: return builtin("acos");
-    case ir::Op::Atan: return builtin("atan");
-    case ir::Op::Sinh: return builtin("sinh");
-    case ir::Op::Cosh: return builtin("cosh");
-    case ir::Op::Round: return builtin("rint");  // the default rounding mode: ties to even
     case ir::Op::Sign:
       if (fl) return rounded(rt, "(" + a[0] + " > 0 ? " + ct + "(1) : " + a[0] + " < 0 ? " + ct + "(-1) : " + a[0] + ")");
       return rounded(rt, "(" + a[0] + " > 0) - (" + a[0] + " < 0)");
@@ -132,8 +130,6 @@ std::string Emitter::elementwise_expr(const ir::Inst& in, const std::vector<std:
     case ir::Op::PopulationCount: case ir::Op::Clz:
       return backend::int_bit_expr(in.op, static_cast<int>(itemsize(ot) * 8), ct, a[0], a.size() > 1 ? a[1] : "",
                                    "__builtin_popcountll", "__builtin_clzll");
-    case ir::Op::Atan2:
-      return rounded(rt, std::string(dbl ? "__builtin_atan2(" : "__builtin_atan2f(") + a[0] + ", " + a[1] + ")");
     case ir::Op::Max:
       return fl ? "pl_cpu::float_max(" + a[0] + ", " + a[1] + ")" : "(" + a[0] + " > " + a[1] + " ? " + a[0] + " : " + a[1] + ")";
     case ir::Op::Min:

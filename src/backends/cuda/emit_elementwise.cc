@@ -2,6 +2,7 @@
 // thread computes its own slots with no data movement. Semantics follow the interpreter
 // (eval_elementwise.cc); device/cuda/pl_math.h holds the helpers named here.
 #include "backends/common/int_bits.h"
+#include "backends/common/libm_ops.h"
 #include "backends/cuda/emitter.h"
 
 namespace palladium::cuda {
@@ -31,6 +32,7 @@ std::string float_unary(ir::Op op, bool single, bool fast, const std::string& a)
     if (std::string e = fast_float_unary(op, a); !e.empty()) return e;
   }
   const std::string f = single ? "f" : "";
+  if (const char* fn = backend::libm_function(op)) return call(fn + f, a);
   switch (op) {
     case ir::Op::Neg: return "-" + a;
     case ir::Op::Abs: return call("fabs" + f, a);
@@ -48,14 +50,6 @@ std::string float_unary(ir::Op op, bool single, bool fast, const std::string& a)
     case ir::Op::Erf: return call("erf" + f, a);
     case ir::Op::Floor: return call("floor" + f, a);
     case ir::Op::Ceil: return call("ceil" + f, a);
-    case ir::Op::Expm1: return call("expm1" + f, a);
-    case ir::Op::Tan: return call("tan" + f, a);
-    case ir::Op::Asin: return call("asin" + f, a);
-    case ir::Op::Acos: return call("acos" + f, a);
-    case ir::Op::Atan: return call("atan" + f, a);
-    case ir::Op::Sinh: return call("sinh" + f, a);
-    case ir::Op::Cosh: return call("cosh" + f, a);
-    case ir::Op::Round: return call("rint" + f, a);  // ties to even
     case ir::Op::Sign: {
       const std::string one = single ? "1.0f" : "1.0";
       return "(" + a + " > 0 ? " + one + " : (" + a + " < 0 ? -" + one + " : " + a + "))";
@@ -66,6 +60,7 @@ std::string float_unary(ir::Op op, bool single, bool fast, const std::string& a)
 
 std::string float_binary(ir::Op op, bool single, const std::string& a, const std::string& b) {
   const std::string f = single ? "f" : "";
+  if (const char* fn = backend::libm_function(op)) return call(fn + f, a, b);
   switch (op) {
     case ir::Op::Add: return a + " + " + b;
     case ir::Op::Sub: return a + " - " + b;
@@ -73,7 +68,6 @@ std::string float_binary(ir::Op op, bool single, const std::string& a, const std
     case ir::Op::Div: return a + " / " + b;
     case ir::Op::Rem: return call("fmod" + f, a, b);
     case ir::Op::Pow: return call("pow" + f, a, b);
-    case ir::Op::Atan2: return call("atan2" + f, a, b);
     case ir::Op::Max: return call("pl_max", a, b);
     case ir::Op::Min: return call("pl_min", a, b);
     default: return "";
