@@ -467,6 +467,80 @@ void bench_launch() {
 
 }  // namespace
 
+// ---------------------------------------------------------------- checked runs, sequential axes
+
+// The cost of a checked run (CompilerParams::checks) on add and matmul, and the matmul written
+// as JAX's Pallas tests write it: a 3-D grid whose last (arbitrary) axis accumulates the output
+// block, beside the same matmul with its k loop inside the kernel.
+void bench_checks() {
+  const int64_t n = int64_t{1} << 28;
+  pl::Array x = pl::to_device(pl::random::normal(pl::random::key(1), {n}), gpu());
+  pl::Array y = pl::to_device(pl::random::normal(pl::random::key(2), {n}), gpu());
+  for (bool checked : {false, true}) {
+    const int64_t block = 8192;
+    pl::CallOptions o{.grid = {n / block},
+                      .in_specs = {pl::BlockSpec({block}, [](pl::Index i) { return pl::idx(i); }),
+                                   pl::BlockSpec({block}, [](pl::Index i) { return pl::idx(i); })},
+                      .out_specs = {pl::BlockSpec({block}, [](pl::Index i) { return pl::idx(i); })},
+                      .backend = "cuda"};
+    o.compiler_params.checks = checked;
+    auto add = pl::pallas_call([](pl::Ref a, pl::Ref b, pl::Ref out) { out[pl::all] = a[pl::all] + b[pl::all]; },
+                               pl::ShapeDtype({n}, pl::f32), o);
+    pl::Array out = add(x, y);
+    const double ms = kernel_ms([&] { out = add(x, y); }, 3, 20);
+    report("add f32", "2^28 block 8192", checked ? "palladium cuda, checked" : "palladium cuda", ms, gbps(12.0 * n, ms));
+  }
+  const int64_t m = 4096;
+  const double flops = 2.0 * m * m * m;
+  pl::Array a = pl::to_device(pl::random::normal(pl::random::key(3), {m, m}, pl::bf16), gpu());
+  pl::Array b = pl::to_device(pl::random::normal(pl::random::key(4), {m, m}, pl::bf16), gpu());
+  pl::Array reference;
+  for (bool checked : {false, true}) {
+    auto mm = matmul_call(m, 128, 128, 64, 8, 3);
+    if (checked) {  // the same kernel, checked
+      auto kernel = [m](pl::Ref x_ref, pl::Ref y_ref, pl::Ref o_ref) {
+        pl::Value acc = jnp::zeros({128, 128}, pl::f32);
+        acc = pl::lax::fori_loop(0, m / 64, [&](pl::Value i, pl::Value c) {
+          return c + pl::dot(x_ref(pl::slice(), pl::ds(i * 64, 64)), y_ref(pl::ds(i * 64, 64), pl::slice()));
+        }, acc);
+        o_ref[pl::all] = acc.astype(pl::bf16);
+      };
+      pl::CallOptions o{.grid = {m / 128, m / 128},
+                        .in_specs = {pl::BlockSpec({128, m}, [](pl::Index i, pl::Index) { return pl::idx(i, 0); }),
+                                     pl::BlockSpec({m, 128}, [](pl::Index, pl::Index j) { return pl::idx(0, j); })},
+                        .out_specs = {pl::BlockSpec({128, 128}, [](pl::Index i, pl::Index j) { return pl::idx(i, j); })},
+                        .name = "matmul_checked", .backend = "cuda",
+                        .compiler_params = {.num_warps = 8, .num_stages = 3, .checks = true}};
+      mm = pl::pallas_call(kernel, pl::ShapeDtype({m, m}, pl::bf16), o);
+    }
+    pl::Array out = mm(a, b);
+    if (!checked) reference = pl::to_host(out);
+    else check("checked matmul vs unchecked (relative)", pl::rel_error(pl::to_host(out).astype(pl::f64), reference.astype(pl::f64)), 1e-6);
+    const double ms = kernel_ms([&] { out = mm(a, b); }, 2, 10);
+    report("matmul bf16", "4096^3 k loop in kernel", checked ? "palladium, checked" : "palladium", ms, tflops(flops, ms));
+  }
+  {
+    // The 3-D grid: the k axis arbitrary, the f32 output block read back and updated per step.
+    auto kernel = [](pl::Ref x_ref, pl::Ref y_ref, pl::Ref o_ref) {
+      pl::when(pl::program_id(2) == 0, [&] { o_ref[pl::all] = jnp::zeros({128, 128}); });
+      o_ref[pl::all] = o_ref[pl::all] + pl::dot(x_ref[pl::all], y_ref[pl::all]);
+    };
+    pl::CallOptions o{.grid = {m / 128, m / 128, m / 64},
+                      .dimension_semantics = {pl::parallel, pl::parallel, pl::arbitrary},
+                      .in_specs = {pl::BlockSpec({128, 64}, [](pl::Index i, pl::Index, pl::Index k) { return pl::idx(i, k); }),
+                                   pl::BlockSpec({64, 128}, [](pl::Index, pl::Index j, pl::Index k) { return pl::idx(k, j); })},
+                      .out_specs = {pl::BlockSpec({128, 128}, [](pl::Index i, pl::Index j, pl::Index) { return pl::idx(i, j); })},
+                      .name = "matmul_grid_k", .backend = "cuda",
+                      .compiler_params = {.num_warps = 8, .num_stages = 3}};
+    auto mm = pl::pallas_call(kernel, pl::ShapeDtype({m, m}, pl::f32), o);
+    pl::Array out = mm(a, b);
+    check("3-D grid matmul vs k-loop matmul (relative)",
+          pl::rel_error(pl::to_host(out).astype(pl::f64), reference.astype(pl::f64)), 1e-2);
+    const double ms = kernel_ms([&] { out = mm(a, b); }, 2, 10);
+    report("matmul bf16", "4096^3 3-D grid, k arbitrary", "palladium", ms, tflops(flops, ms));
+  }
+}
+
 int main(int argc, char** argv) {
   if (!pl::cuda_unavailable_reason().empty()) {
     std::printf("no CUDA device: %s\n", pl::cuda_unavailable_reason().c_str());
@@ -492,6 +566,7 @@ int main(int argc, char** argv) {
       else if (p == "attention-bwd") bench_attention_backward();
       else if (p == "indrnn") bench_indrnn();
       else if (p == "norms") bench_norms();
+      else if (p == "checks") bench_checks();
       else if (p == "launch") bench_launch();
     } catch (const std::exception& e) {
       fail(p + ": " + e.what());

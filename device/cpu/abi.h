@@ -13,7 +13,7 @@
 
 namespace pl_cpu {
 
-inline constexpr int kAbiVersion = 1;
+inline constexpr int kAbiVersion = 2;
 
 struct Launch {
   // Base pointer of each ref's whole array, in kernel ref order (inputs, then outputs).
@@ -22,6 +22,10 @@ struct Launch {
   // variable, tiles at their first element); the host knows their types from the IR.
   void* host;
   void (*print)(void* host, int32_t print_id, const int64_t* program, const void* const* values);
+  // Checked runs (CompilerParams::checks): a failed bounds check at access site `site` (kind 0:
+  // `value` is an index outside dimension `dim` of the ref; kind 1: the block origin `value` along
+  // array dimension `dim` puts the block outside the array). The program then returns.
+  void (*fail)(void* host, int32_t site, int32_t kind, int32_t dim, int64_t value, const int64_t* program);
 };
 
 }  // namespace pl_cpu

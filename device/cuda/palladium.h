@@ -7,3 +7,4 @@
 #include "cuda/pl_atomics.h"
 #include "cuda/pl_mma.h"
 #include "cuda/pl_wgmma.h"
+#include "cuda/pl_checks.h"

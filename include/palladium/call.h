@@ -21,10 +21,23 @@ struct CompilerParams {
   bool allow_tf32 = false; // CUDA: float32 dot on TF32 tensor cores
   bool fast_math = false;  // CUDA: float32 exp/exp2/log/log2/logistic on the special-function
                            // unit (a few ulps, as Triton's); the interpreter and cpu stay exact
+  // cpu, CUDA: a checked run. Every ref access is bounds-checked and the first fault is an error
+  // worded as the interpreter's (kernel, program, op, index). Also on with $PALLADIUM_CHECKS=1.
+  bool checks = false;
 };
+
+// How the programs along one grid axis may run (Pallas's dimension_semantics). `parallel`: in any
+// order and at once, so no two programs may write one element. `arbitrary`: in grid order, one
+// after another, for each point of the parallel axes; programs that differ only along arbitrary
+// axes may read and update what the earlier ones wrote (an output block accumulated along a
+// reduction axis, initialised under `when(program_id(k) == 0)`).
+enum class DimensionSemantics { parallel, arbitrary };
+inline constexpr DimensionSemantics parallel = DimensionSemantics::parallel;
+inline constexpr DimensionSemantics arbitrary = DimensionSemantics::arbitrary;
 
 struct CallOptions {
   Shape grid;                                       // empty: one program
+  std::vector<DimensionSemantics> dimension_semantics;  // one per grid axis; empty: all parallel
   std::vector<BlockSpec> in_specs;                  // empty: whole arrays
   std::vector<BlockSpec> out_specs;
   std::vector<std::pair<int, int>> input_output_aliases;  // (input index, output index)

@@ -137,6 +137,7 @@ ir::Kernel trace_kernel(const CallImpl& call, const CallDesc& d) {
   ir::Kernel& kernel = ctx.kernel();
   ir::Builder& b = ctx.builder();
   kernel.aliases = d.aliases;
+  kernel.sequential = d.sequential;
   std::vector<Value> pids;
   for (size_t a = 0; a < d.grid.size(); ++a) pids.push_back(trace::wrap(b.program_id(static_cast<int>(a))));
   std::vector<Ref> refs;

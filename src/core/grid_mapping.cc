@@ -33,6 +33,12 @@ CallDesc describe_base(const CallImpl& c, const InputTypes& inputs) {
   d.aliases = o.input_output_aliases;
   const std::string where = "pallas_call '" + d.name + "': ";
   for (int64_t g : d.grid) PL_CHECK(g > 0, where, "grid ", shape_str(d.grid), " has a dimension that is not positive");
+  PL_CHECK(o.dimension_semantics.empty() || o.dimension_semantics.size() == d.grid.size(), where,
+           "dimension_semantics has ", o.dimension_semantics.size(), " entries but the grid ", shape_str(d.grid), " has rank ",
+           d.grid.size());
+  d.sequential.assign(d.grid.size(), 0);
+  for (size_t a = 0; a < o.dimension_semantics.size(); ++a)
+    d.sequential[a] = o.dimension_semantics[a] == DimensionSemantics::arbitrary ? 1 : 0;
   PL_CHECK(o.in_specs.empty() || o.in_specs.size() == inputs.size(), where, "in_specs has ", o.in_specs.size(),
            " entries but the call got ", inputs.size(), " inputs");
   PL_CHECK(o.out_specs.empty() || o.out_specs.size() == d.outputs.size(), where, "out_specs has ", o.out_specs.size(),
@@ -89,6 +95,7 @@ CallDesc describe_vmap(const CallImpl& c, const InputTypes& inputs) {
   CallDesc d = inner;
   d.inputs = inputs;
   d.grid.insert(d.grid.begin(), batch);
+  d.sequential.insert(d.sequential.begin(), 0);  // the batch axis is parallel
   d.program_id_offset = inner.program_id_offset + 1;
   auto batched = [](const BlockSpec& s, int64_t axis) {
     std::vector<BlockDim> shape = s.block_shape();

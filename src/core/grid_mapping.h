@@ -37,6 +37,7 @@ using InputTypes = std::vector<std::optional<ShapeDtype>>;  // nullopt: a None i
 struct CallDesc {
   std::string name;
   Shape grid;
+  std::vector<uint8_t> sequential;    // per grid axis: 1 where the axis is `arbitrary`
   InputTypes inputs;
   std::vector<BlockSpec> in_specs;    // canonical: explicit shape and index map
   std::vector<ShapeDtype> outputs;

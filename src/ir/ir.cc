@@ -38,7 +38,15 @@ class Printer {
   explicit Printer(const Kernel& k) : k_(k) {}
 
   std::string run() {
-    os_ << "kernel " << k_.name << " grid=" << shape_str(k_.grid) << "\n";
+    os_ << "kernel " << k_.name << " grid=" << shape_str(k_.grid);
+    if (k_.any_sequential()) {
+      os_ << " sequential=(";
+      bool first = true;
+      for (size_t a = 0; a < k_.grid.size(); ++a)
+        if (k_.is_sequential(a)) os_ << (first ? "" : ", ") << a, first = false;
+      os_ << ")";
+    }
+    os_ << "\n";
     for (const RefParam& p : k_.refs) {
       os_ << "  ref " << p.name << ": " << type_str({p.dtype, p.ref_shape}) << (p.is_output ? " out" : " in")
           << " <- block " << shape_str(p.block_shape) << " of " << type_str({p.dtype, p.array_shape});
@@ -124,6 +132,7 @@ class Verifier {
   explicit Verifier(const Kernel& k) : k_(k), defined_(k.types.size(), false), ever_defined_(k.types.size(), false) {}
 
   void run() {
+    check(k_.sequential.empty() || k_.sequential.size() == k_.grid.size(), "sequential flags do not match the grid rank");
     for (const RefParam& p : k_.refs) {
       check(p.block_shape.size() == p.array_shape.size() && p.squeezed.size() == p.array_shape.size(),
             "ref " + p.name + " block rank");

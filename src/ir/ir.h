@@ -84,6 +84,9 @@ struct RefParam {
 struct Kernel {
   std::string name;
   Shape grid;
+  // Per grid axis, 1 where it is sequential (`arbitrary`): the programs that differ only along
+  // such axes run in grid order, one after another. Empty: every axis parallel.
+  std::vector<uint8_t> sequential;
   int num_inputs = 0;
   std::vector<RefParam> refs;
   std::vector<Type> types;      // indexed by ValueId
@@ -92,6 +95,23 @@ struct Kernel {
 
   const Type& type(ValueId v) const { return types.at(static_cast<size_t>(v)); }
   int num_outputs() const { return static_cast<int>(refs.size()) - num_inputs; }
+  bool is_sequential(size_t axis) const { return axis < sequential.size() && sequential[axis] != 0; }
+  bool any_sequential() const {
+    for (uint8_t s : sequential)
+      if (s) return true;
+    return false;
+  }
+  // Programs per chain of sequential programs (1 when every axis is parallel), and the chains.
+  int64_t sequential_programs() const {
+    int64_t n = 1;
+    for (size_t a = 0; a < grid.size(); ++a) n *= is_sequential(a) ? grid[a] : 1;
+    return n;
+  }
+  int64_t parallel_programs() const {
+    int64_t n = 1;
+    for (size_t a = 0; a < grid.size(); ++a) n *= is_sequential(a) ? 1 : grid[a];
+    return n;
+  }
 };
 
 std::string print(const Kernel& k);

@@ -159,8 +159,8 @@ Factors factors_unchanged_dims(const Eqn& e, const Program& p) {
 // pallas_call: grid axis g is a factor when every block's origin along some dimensions is exactly
 // program_id(g) * block (the index_map returns program_id(g) there), the grid covers those
 // dimensions exactly, every output follows g (no program of g revisits another's output), and
-// nothing else in the kernel reads program_id(g) or num_programs(g). Then each device can run its
-// slice of g on its own pieces, unchanged: the index maps give local block indices.
+// nothing else in the kernel reads program_id(g) or num_programs(g), and g is parallel. Then each
+// device can run its slice of g on its own pieces, unchanged: the index maps give local block indices.
 std::vector<std::vector<std::pair<int, int>>> grid_factor_dims(const detail::CallImpl& call,
                                                                const detail::CallDesc& d, const ir::Kernel& k) {
   std::map<ir::ValueId, const ir::Inst*> def;
@@ -211,6 +211,7 @@ std::vector<std::vector<std::pair<int, int>>> grid_factor_dims(const detail::Cal
     if (d.inputs[i]) operand_of_input[i] = next++;
   const int num_operands = next;
   for (size_t g = 0; g < k.grid.size(); ++g) {
+    if (k.is_sequential(g)) continue;  // its programs run in order on one device
     std::set<const ir::Inst*> origin_muls;  // the muls that compute origins
     std::vector<std::pair<int, int>> dims;
     bool ok = true;

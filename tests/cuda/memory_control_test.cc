@@ -201,5 +201,44 @@ TEST(CudaMemory, RecurrenceThroughTheOutputIsNotPrefetched) {
   EXPECT_EQ(prologue.find("pl_ref2"), std::string::npos) << "the load from the output is prefetched:\n" << prologue;
 }
 
+// A sequential (arbitrary) reduction axis: a loop inside each thread block, the output block read
+// back and accumulated at every step; tensor-core dots at 64 x 64 blocks.
+TEST(CudaMemory, SequentialAxisAccumulatesTheOutputBlock) {
+  PL_REQUIRE_NVRTC();
+  for (DType t : {f32, bf16}) {
+    SCOPED_TRACE(dtype_name(t));
+    const int64_t m = 128, n = 192, k = 256, b = 64;
+    Array x = normal(11, {m, k}, t), y = normal(12, {k, n}, t);
+    check_kernel(
+        [](pl::Ref xr, pl::Ref yr, pl::Ref o) {
+          pl::when(pl::program_id(2) == 0, [&] { o[pl::all] = jnp::zeros({64, 64}); });
+          o[pl::all] = o[pl::all] + jnp::dot(xr[pl::all], yr[pl::all]);
+        },
+        {ShapeDtype({m, n}, f32)},
+        {.grid = {m / b, n / b, k / b},
+         .dimension_semantics = {pl::parallel, pl::parallel, pl::arbitrary},
+         .in_specs = {pl::BlockSpec({b, b}, [](pl::Index i, pl::Index, pl::Index kk) { return pl::idx(i, kk); }),
+                      pl::BlockSpec({b, b}, [](pl::Index, pl::Index j, pl::Index kk) { return pl::idx(kk, j); })},
+         .out_specs = {pl::BlockSpec({b, b}, [](pl::Index i, pl::Index j, pl::Index) { return pl::idx(i, j); })}},
+        {x, y}, t == f32 ? 1e-4 : 2e-2);
+  }
+}
+
+// A checked run of a correct kernel (masked tail, strided and dynamic slices) gives the unchecked
+// results; a faulty one is tested in tests/kernels/checked_run_test.cc on every compiled backend.
+TEST(CudaMemory, CheckedRunOfACorrectKernel) {
+  PL_REQUIRE_NVRTC();
+  auto kernel = [](pl::Ref x, pl::Ref o) {
+    pl::Value idx = jnp::arange(64);
+    pl::Value start = pl::program_id(0) * 100;  // program 1 reads past the end, masked off
+    pl::Value v = pl::load(x, pl::idx(pl::ds(start, 64)), idx + start < 128, jnp::full({64}, -5.0));
+    o[pl::all] = v + pl::load(x, pl::idx(pl::ds(1, 64, 2)));
+  };
+  Array x = normal(13, {128});
+  CallOptions o{.grid = {2}, .out_specs = {pl::BlockSpec({64}, [](pl::Index i) { return i; })}};
+  o.compiler_params.checks = true;
+  check_kernel(kernel, {ShapeDtype({128}, f32)}, o, {x});
+}
+
 }  // namespace
 }  // namespace palladium::cudatest

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/common/access_check.h"
 #include "ir/ir.h"
 
 namespace palladium::cpu {
@@ -20,9 +21,11 @@ struct GeneratedKernel {
   // Upper bound of one program's stack frame: every tile lives on the stack of a pool thread.
   int64_t frame_bytes = 0;
   std::vector<PrintSite> prints;
+  std::vector<backend::AccessSite> access_sites;  // checked runs: the memory ops, by site id
 };
 
 // The C++ translation unit of a kernel (the Builder has already rejected stores into input refs).
-GeneratedKernel generate(const ir::Kernel& kernel);
+// With `checks`, every ref access is bounds-checked (see backends/common/access_check.h).
+GeneratedKernel generate(const ir::Kernel& kernel, bool checks = false);
 
 }  // namespace palladium::cpu

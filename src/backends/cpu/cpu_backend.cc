@@ -1,8 +1,9 @@
 // The native cpu backend: generate C++ (codegen.h), build it with the host compiler and cache it
 // (module_cache.h), run the programs of the grid on the worker threads (thread_pool.h).
 //
-// Runtime checks are the interpreter's job: compiled kernels do not check block-relative bounds,
-// reads of unwritten outputs, poison, integer division by zero (it yields 0) or programs racing
+// Runtime checks are the interpreter's job: compiled kernels do not check block-relative bounds
+// (except in checked runs, CompilerParams::checks: see backends/common/access_check.h), reads of
+// unwritten outputs, poison, integer division by zero (it yields 0) or programs racing
 // on one output element. Every access is clipped to its array, so a faulty kernel computes wrong
 // values but never touches memory outside its arrays. Kernels that debug_print run their programs
 // one after another in grid order, so their output reads like the interpreter's.
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <iostream>
 #include <mutex>
+#include <optional>
 
 #include "backends/common/debug_print.h"
 #include "backends/cpu/codegen.h"
@@ -26,9 +28,12 @@ namespace {
 // Room for the generated function's own spills and the runtime's frames beside the tiles.
 constexpr int64_t kFrameMargin = 1 << 20;
 
-struct PrintContext {
+// What the generated code's callbacks reach through Launch::host.
+struct RunContext {
   const ir::Kernel* kernel;
-  const std::vector<PrintSite>* sites;
+  const GeneratedKernel* generated;
+  std::mutex mu;
+  std::optional<backend::AccessFailure> failure;  // checked runs: the failing program first in grid order
 };
 
 // A tile in the generated code's compute type as an Array of its dtype.
@@ -47,8 +52,8 @@ Array compute_to_array(const ir::Type& t, const void* data) {
 
 // Formats one debug_print line as the interpreter does.
 void print_callback(void* host, int32_t id, const int64_t* program, const void* const* values) {
-  const PrintContext& ctx = *static_cast<const PrintContext*>(host);
-  const PrintSite& site = (*ctx.sites)[static_cast<size_t>(id)];
+  const RunContext& ctx = *static_cast<const RunContext*>(host);
+  const PrintSite& site = ctx.generated->prints[static_cast<size_t>(id)];
   std::vector<Array> arrays;
   for (size_t v = 0; v < site.types.size(); ++v) arrays.push_back(compute_to_array(site.types[v], values[v]));
   const std::string line = backend::format_debug_line(
@@ -56,6 +61,13 @@ void print_callback(void* host, int32_t id, const int64_t* program, const void* 
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
   std::cout << line << std::flush;
+}
+
+void fail_callback(void* host, int32_t site, int32_t kind, int32_t dim, int64_t value, const int64_t* program) {
+  RunContext& ctx = *static_cast<RunContext*>(host);
+  backend::AccessFailure f{site, kind, dim, value, std::vector<int64_t>(program, program + ctx.kernel->grid.size())};
+  std::lock_guard<std::mutex> lock(ctx.mu);
+  if (!ctx.failure || f.program < ctx.failure->program) ctx.failure = std::move(f);
 }
 
 class CpuExecutable final : public backend::Executable {
@@ -72,19 +84,23 @@ class CpuExecutable final : public backend::Executable {
       refs[i] = const_cast<void*>(a.data());
     }
     ThreadPool& pool = ThreadPool::instance();
-    if (static_cast<uint64_t>(generated_.frame_bytes + kFrameMargin) > pool.stack_bytes())
-      throw Error("pallas_call '" + kernel_.name + "': one program needs about " +
-                  std::to_string((generated_.frame_bytes + kFrameMargin) >> 20) + " MB of tile storage, more than the " +
-                  std::to_string(pool.stack_bytes() >> 20) +
-                  " MB stack of a cpu worker; use smaller blocks or raise PALLADIUM_CPU_STACK_MB");
-    PrintContext print{&kernel_, &generated_.prints};
-    const pl_cpu::Launch launch{refs.data(), &print, &print_callback};
-    const int64_t total = numel(kernel_.grid);
+    RunContext context{&kernel_, &generated_, {}, std::nullopt};
+    const pl_cpu::Launch launch{refs.data(), &context, &print_callback, &fail_callback};
+    // Work items: the points of the parallel axes, each running its sequential programs in order;
+    // with debug_print, every program in grid order on one worker.
+    const int64_t total = generated_.prints.empty() ? kernel_.parallel_programs() : numel(kernel_.grid);
     // Several chunks per worker balance uneven programs; debug_print keeps grid order.
     const int64_t chunk = generated_.prints.empty() ? std::max<int64_t>(1, total / (4 * pool.size())) : total;
     const Module& module = *module_;
-    pool.run(total, chunk, generated_.frame_bytes + kFrameMargin,
-             [&](int64_t begin, int64_t end) { module.run(launch, begin, end); });
+    const int64_t frame = generated_.frame_bytes + kFrameMargin;
+    auto programs = [&](int64_t begin, int64_t end) { module.run(launch, begin, end); };
+    // Tiles larger than a worker's stack: threads with stacks of the frame's size, for this call.
+    if (static_cast<uint64_t>(frame) > pool.stack_bytes())
+      pool.run_on_large_stacks(total, chunk, frame, programs, "pallas_call '" + kernel_.name + "'");
+    else
+      pool.run(total, chunk, frame, programs);
+    if (context.failure)
+      throw Error(backend::access_failure_message(kernel_, generated_.access_sites, *context.failure, "cpu"));
   }
 
  private:
@@ -99,7 +115,7 @@ class CpuBackend final : public backend::Backend {
   bool runs_on_host() const override { return true; }
   std::string unavailable_reason() const override { return find_host_compiler().why_not; }
   std::unique_ptr<backend::Executable> compile(const ir::Kernel& kernel, const backend::CompileOptions& options) override {
-    GeneratedKernel generated = generate(kernel);
+    GeneratedKernel generated = generate(kernel, backend::checks_enabled(options.params.checks));
     std::shared_ptr<Module> module = get_module({kernel.name, generated.source, options.debug});
     return std::make_unique<CpuExecutable>(kernel, std::move(generated), std::move(module));
   }

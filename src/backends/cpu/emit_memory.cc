@@ -186,4 +186,43 @@ void Emitter::emit_atomic(const ir::Inst& in) {
   close();
 }
 
+void Emitter::emit_access_check(const ir::Inst& in) {
+  const ir::RefParam& p = kernel_.refs[static_cast<size_t>(in.i0)];
+  const std::string site = std::to_string(sites_.size());
+  sites_.push_back({in.op, static_cast<int>(in.i0)});
+  const std::string fail = "{ launch.fail(launch.host, " + site + ", ";
+  open("");
+  // The interpreter's order: block origins first, then the selected elements.
+  for (size_t a = 0; a < p.array_shape.size(); ++a) {
+    const std::string o = "static_cast<int64_t>(" + name(p.origin[a]) + ")";
+    line("if (" + o + " >= " + std::to_string(p.array_shape[a]) + " || " + o + " + " + std::to_string(p.block_shape[a]) +
+         " <= 0) " + fail + "1, " + std::to_string(a) + ", " + o + ", program); return; }");
+  }
+  const size_t rank = in.index.size();
+  if (rank > 0) {
+    std::string starts, sizes, strides, extents;
+    for (size_t d = 0; d < rank; ++d) {
+      const ir::IndexEntry& e = in.index[d];
+      const std::string sep = d ? ", " : "";
+      starts += sep + "static_cast<int64_t>(" + name(in.operands[d]) + ")";
+      sizes += sep + std::to_string(e.scalar ? 1 : e.size);
+      strides += sep + std::to_string(e.scalar ? 1 : e.stride);
+      extents += sep + std::to_string(p.ref_shape[d]);
+    }
+    size_t next = rank + (in.op == ir::Op::Load ? 0 : 1);
+    std::string mask = "nullptr";
+    if (in.i1 & ir::kHasMask) {
+      const ir::ValueId m = in.operands[next];
+      mask = kind(m) == ValueKind::Scalar ? "&" + name(m) : name(m);
+    }
+    line("const int64_t chk_start[] = {" + starts + "}, chk_size[] = {" + sizes + "}, chk_stride[] = {" + strides +
+         "}, chk_extent[] = {" + extents + "};");
+    line("int32_t chk_dim = 0;");
+    line("int64_t chk_index = 0;");
+    line("if (!pl_cpu::selection_in_bounds(" + std::to_string(rank) + ", chk_start, chk_size, chk_stride, chk_extent, " + mask +
+         ", &chk_dim, &chk_index)) " + fail + "0, chk_dim, chk_index, program); return; }");
+  }
+  close();
+}
+
 }  // namespace palladium::cpu

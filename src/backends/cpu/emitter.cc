@@ -24,8 +24,9 @@ int64_t compute_size(DType t) {
 
 }  // namespace
 
-Emitter::Emitter(const ir::Kernel& kernel)
+Emitter::Emitter(const ir::Kernel& kernel, bool checks)
     : kernel_(kernel),
+      checks_(checks),
       kinds_(kernel.types.size(), ValueKind::Dead),
       users_(kernel.types.size()),
       def_(kernel.types.size(), nullptr) {}
@@ -215,6 +216,7 @@ void Emitter::emit_inst(const ir::Inst& in) {
       if (kind(in.results[0]) != ValueKind::DeferredDot) emit_dot(in);
       return;
     case ir::Family::Memory:
+      if (checks_) emit_access_check(in);
       if (in.op == ir::Op::Load) {
         if (kind(in.results[0]) == ValueKind::MatrixView) emit_matrix_view(in);
         else emit_load(in);
@@ -291,16 +293,34 @@ GeneratedKernel Emitter::run() {
   src += "  (void)program;\n" + prologue + body + "}\n\n}  // namespace\n\n";
   src += "PL_EXPORT int palladium_cpu_abi_version() { return pl_cpu::kAbiVersion; }\n\n";
   src += "PL_EXPORT void palladium_cpu_run(const pl_cpu::Launch* launch, int64_t begin, int64_t end) {\n";
+  // [begin, end) counts the points of the parallel axes; at each, the programs along the
+  // sequential axes (if any) run here in grid order, one after another. A kernel that prints runs
+  // every program on one worker in plain grid order (cpu_backend.cc), so it reads as the interpreter's.
+  const bool chains = kernel_.any_sequential() && prints_.empty();
   src += "  for (int64_t linear = begin; linear < end; ++linear) {\n";
   const size_t rank = kernel_.grid.size();
   src += "    int64_t program[" + std::to_string(std::max<size_t>(rank, 1)) + "] = {0};\n";
   src += "    int64_t rest = linear;\n";
   for (size_t d = rank; d-- > 0;) {
+    if (chains && kernel_.is_sequential(d)) continue;
     const std::string g = std::to_string(kernel_.grid[d]);
     src += "    program[" + std::to_string(d) + "] = rest % " + g + ";\n";
     src += "    rest /= " + g + ";\n";
   }
-  src += "    (void)rest;\n    run_program(*launch, program);\n  }\n";
+  src += "    (void)rest;\n";
+  if (chains) {
+    src += "    for (int64_t step = 0; step < " + std::to_string(kernel_.sequential_programs()) + "; ++step) {\n";
+    src += "      int64_t srest = step;\n";
+    for (size_t d = rank; d-- > 0;) {
+      if (!kernel_.is_sequential(d)) continue;
+      const std::string g = std::to_string(kernel_.grid[d]);
+      src += "      program[" + std::to_string(d) + "] = srest % " + g + ";\n";
+      src += "      srest /= " + g + ";\n";
+    }
+    src += "      run_program(*launch, program);\n    }\n  }\n";
+  } else {
+    src += "    run_program(*launch, program);\n  }\n";
+  }
   if (uses_streaming_stores_) src += "  pl_cpu::store_fence();\n";
   src += "}\n";
 
@@ -308,9 +328,10 @@ GeneratedKernel Emitter::run() {
   out.source = std::move(src);
   out.frame_bytes = frame_bytes_;
   out.prints = std::move(prints_);
+  out.access_sites = std::move(sites_);
   return out;
 }
 
-GeneratedKernel generate(const ir::Kernel& kernel) { return Emitter(kernel).run(); }
+GeneratedKernel generate(const ir::Kernel& kernel, bool checks) { return Emitter(kernel, checks).run(); }
 
 }  // namespace palladium::cpu

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/common/access_check.h"
 #include "backends/cpu/codegen.h"
 
 namespace palladium::cpu {
@@ -47,7 +48,7 @@ struct FusionGroup {
 
 class Emitter {
  public:
-  explicit Emitter(const ir::Kernel& kernel);
+  Emitter(const ir::Kernel& kernel, bool checks);
   GeneratedKernel run();
 
  private:
@@ -111,6 +112,9 @@ class Emitter {
   void emit_matrix_view(const ir::Inst& in);
   void emit_store(const ir::Inst& in);
   void emit_atomic(const ir::Inst& in);
+  // Checked runs: report the access's first element outside its ref (or its block outside the
+  // array) to the host and end the program.
+  void emit_access_check(const ir::Inst& in);
 
   // ---- control flow and effects (emit_control.cc) ----
   void emit_for(const ir::Inst& in);
@@ -123,6 +127,8 @@ class Emitter {
   void emit_debug_print(const ir::Inst& in);
 
   const ir::Kernel& kernel_;
+  const bool checks_;
+  std::vector<backend::AccessSite> sites_;
   std::string out_;
   int indent_ = 0;
   int next_fresh_ = 0;

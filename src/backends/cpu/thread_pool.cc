@@ -185,4 +185,58 @@ void ThreadPool::run(int64_t total, int64_t chunk, int64_t frame_bytes,
   if (job->error) std::rethrow_exception(job->error);
 }
 
+namespace {
+
+struct LargeStackJob {
+  const std::function<void(int64_t, int64_t)>* fn;
+  int64_t total, chunk;
+  std::atomic<int64_t> next{0};
+  std::mutex mu;
+  std::exception_ptr error;
+};
+
+void* run_large_stack_chunks(void* arg) {
+  auto& job = *static_cast<LargeStackJob*>(arg);
+  for (int64_t begin; (begin = job.next.fetch_add(job.chunk)) < job.total;) {
+    try {
+      (*job.fn)(begin, std::min(job.total, begin + job.chunk));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(job.mu);
+      if (!job.error) job.error = std::current_exception();
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void ThreadPool::run_on_large_stacks(int64_t total, int64_t chunk, int64_t frame_bytes,
+                                     const std::function<void(int64_t, int64_t)>& fn, const std::string& what) {
+  if (total <= 0) return;
+  LargeStackJob job;
+  job.fn = &fn;
+  job.total = total;
+  job.chunk = std::max<int64_t>(1, chunk);
+  // Stacks are mapped on demand, so only the pages the tiles touch cost memory.
+  const size_t page = 1 << 16;
+  const size_t stack = (static_cast<size_t>(frame_bytes) + page - 1) / page * page;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  std::vector<pthread_t> started;
+  if (pthread_attr_setstacksize(&attr, stack) == 0) {
+    const int64_t wanted = std::min<int64_t>(size(), (total + job.chunk - 1) / job.chunk);
+    for (int64_t t = 0; t < wanted; ++t) {
+      pthread_t thread;
+      if (pthread_create(&thread, &attr, &run_large_stack_chunks, &job) != 0) break;
+      started.push_back(thread);
+    }
+  }
+  pthread_attr_destroy(&attr);
+  if (started.empty())
+    throw Error(what + ": one program needs about " + std::to_string(frame_bytes >> 20) +
+                " MB of tile storage and the system refused a thread with a stack that large; use smaller blocks");
+  for (pthread_t t : started) pthread_join(t, nullptr);
+  if (job.error) std::rethrow_exception(job.error);
+}
+
 }  // namespace palladium::cpu

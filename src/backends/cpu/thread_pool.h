@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include <pthread.h>
@@ -32,6 +33,12 @@ class ThreadPool {
   // the first exception a chunk throws is rethrown here. frame_bytes is the stack fn needs (the
   // caller takes chunks only if it has that much room). Several callers may run at once.
   void run(int64_t total, int64_t chunk, int64_t frame_bytes, const std::function<void(int64_t, int64_t)>& fn);
+
+  // As run, for frames larger than a worker's stack: the chunks run on size() threads started for
+  // this call with stacks of frame_bytes each (fewer threads where the system refuses that much).
+  // Throws Error naming `what` when not even one such thread can start.
+  void run_on_large_stacks(int64_t total, int64_t chunk, int64_t frame_bytes,
+                           const std::function<void(int64_t, int64_t)>& fn, const std::string& what);
 
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;

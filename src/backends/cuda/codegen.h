@@ -1,6 +1,7 @@
 // IR -> CUDA C++. One thread block runs one program; the kernel's grid is folded into the launch
 // grid (see emit_kernel.cc). The generated source includes only "cuda/palladium.h" (device/cuda/).
 #pragma once
+#include "backends/common/access_check.h"
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -35,8 +36,10 @@ struct GeneratedKernel {
   int threads = 128;                  // threads per block (one program)
   int64_t shared_bytes = 0;           // dynamic shared memory per block
   int64_t scratch_bytes = 0;          // global scratch per resident program (large tiles)
-  int64_t num_programs = 1;           // product of the grid
+  int64_t num_programs = 1;           // thread blocks: the product of the parallel grid axes
   std::vector<DebugPrintInfo> prints; // non-empty: the kernel takes a debug buffer parameter
+  std::vector<backend::AccessSite> access_sites;  // checked runs: the kernel takes a check record parameter
+  bool checked = false;
 };
 
 // Throws Error naming the op for anything the backend cannot lower.

@@ -35,6 +35,8 @@ struct LoadedKernel {
   int max_blocks_per_sm = 1;
 };
 
+constexpr size_t kCheckRecordBytes = 64;  // device/cuda/pl_checks.h: a flag and five fields
+
 // An executable's kernel on one device: the loaded kernel and the launch parameters that its
 // generation for the device's target chose.
 struct DeviceKernel {
@@ -42,6 +44,8 @@ struct DeviceKernel {
   int threads = 128;
   int64_t shared_bytes = 0, scratch_bytes = 0, num_programs = 1;
   std::vector<DebugPrintInfo> prints;
+  std::vector<backend::AccessSite> access_sites;
+  bool checked = false;
 };
 
 struct ModuleCache {
@@ -219,6 +223,8 @@ class CudaExecutable final : public backend::Executable {
     dk->scratch_bytes = g.scratch_bytes;
     dk->num_programs = g.num_programs;
     dk->prints = g.prints;
+    dk->access_sites = g.access_sites;
+    dk->checked = g.checked;
     per_device_[ordinal] = dk;
     return dk;
   }
@@ -286,7 +292,7 @@ class CudaExecutable final : public backend::Executable {
 
     const int64_t programs = dk->num_programs;
     uint64_t debug_header[2] = {0, 16u << 20};  // bytes used, capacity; alive until the stream is synchronized
-    CUdeviceptr debug_buffer = 0;
+    CUdeviceptr debug_buffer = 0, check_record = 0;
     if (programs > 0) {
       CUdeviceptr scratch = 0, flags = 0;
       unsigned long long stride = 0;
@@ -313,6 +319,12 @@ class CudaExecutable final : public backend::Executable {
         copy_to_device(debug_buffer, debug_header, sizeof(debug_header), stream, what + ": clearing the debug_print buffer");
         args.push_back(&debug_buffer);
       }
+      if (dk->checked) {
+        check_record = temp(kCheckRecordBytes);
+        make_current(ordinal);
+        check_driver(d.cuMemsetD8Async(check_record, 0, kCheckRecordBytes, stream.handle), what + ": clearing the check record");
+        args.push_back(&check_record);
+      }
       const DeviceInfo& info = device(ordinal);
       const int64_t max_x = info.max_grid_x > 0 ? info.max_grid_x : 2147483647;
       const int64_t gx = std::min<int64_t>(programs, max_x);
@@ -337,6 +349,17 @@ class CudaExecutable final : public backend::Executable {
         d.cuEventRecord(lt.stop, stream.handle);
         lt.recorded = true;
         timing_lock.unlock();
+      }
+    }
+    if (check_record) {  // a checked run waits for its kernel and reports the first failed check
+      uint64_t rec[kCheckRecordBytes / 8] = {};
+      copy_to_host(rec, check_record, sizeof(rec), stream, what + ": reading the check record");
+      synchronize(stream, what + ": reading the check record");
+      if (rec[0] != 0) {
+        backend::AccessFailure f{static_cast<int32_t>(rec[1]), static_cast<int32_t>(rec[2]), static_cast<int32_t>(rec[3]),
+                                 static_cast<int64_t>(rec[4]),
+                                 backend::program_coordinates(static_cast<int64_t>(rec[5]), kernel_.grid)};
+        throw Error(backend::access_failure_message(kernel_, dk->access_sites, f, "cuda"));
       }
     }
     if (debug_buffer) {  // the records are printed now, so this call waits for its kernel

@@ -344,7 +344,7 @@ GeneratedKernel Emitter::run() {
   GeneratedKernel g;
   g.entry = "pl_" + sanitize(k_.name);
   g.threads = threads_;
-  g.num_programs = numel(k_.grid);
+  g.num_programs = k_.parallel_programs();  // thread blocks: one per point of the parallel axes
   g.shared_bytes = smem_homes_bytes_ + smem_stage_bytes_;
   g.scratch_bytes = global_stage_offset_ + global_stage_bytes_;
 
@@ -411,15 +411,18 @@ GeneratedKernel Emitter::run() {
   src << (k_.refs.empty() ? "\n    " : ",\n    ")
       << "unsigned char* pl_scratch_base, unsigned long long pl_scratch_stride, unsigned* pl_slot_flags, "
          "int pl_num_slots"
-      << (debug_prints_.empty() ? "" : ", unsigned char* pl_debug") << ") {\n";
+      << (debug_prints_.empty() ? "" : ", unsigned char* pl_debug")
+      << (params_.checks ? ", unsigned long long* pl_checks" : "") << ") {\n";
   src << "  extern __shared__ __align__(1024) unsigned char pl_smem[];\n";
-  src << "  const long long pl_linear = (long long)blockIdx.x + (long long)blockIdx.y * gridDim.x;\n";
-  src << "  if (pl_linear >= " << g.num_programs << "ll) return;\n";
-  // Program ids: row-major over the grid, the last axis fastest.
-  src << "  long long pl_rest = pl_linear;\n";
+  src << "  const long long pl_block = (long long)blockIdx.x + (long long)blockIdx.y * gridDim.x;\n";
+  src << "  if (pl_block >= " << g.num_programs << "ll) return;\n";
+  // Program ids: row-major over the parallel axes, the last axis fastest; the sequential axes are
+  // a loop inside the block (below), in grid order.
+  src << "  long long pl_rest = pl_block;\n";
   for (size_t d = k_.grid.size(); d-- > 0;) {
+    if (k_.is_sequential(d)) continue;
     src << "  const int pl_pid" << d << " = (int)(pl_rest % " << k_.grid[d] << "ll);\n";
-    if (d > 0) src << "  pl_rest /= " << k_.grid[d] << "ll;\n";
+    src << "  pl_rest /= " << k_.grid[d] << "ll;\n";
   }
   src << "  (void)pl_rest;\n";
   if (g.scratch_bytes > 0) {
@@ -429,9 +432,9 @@ GeneratedKernel Emitter::run() {
            "  if (pl_num_slots >= "
         << g.num_programs
         << "ll) {\n"
-           "    if (pl_tid() == 0) pl_slot = (int)pl_linear;\n"
+           "    if (pl_tid() == 0) pl_slot = (int)pl_block;\n"
            "  } else if (pl_tid() == 0) {\n"
-           "    for (int t = (int)(pl_linear % pl_num_slots);; t = (t + 1) % pl_num_slots)\n"
+           "    for (int t = (int)(pl_block % pl_num_slots);; t = (t + 1) % pl_num_slots)\n"
            "      if (atomicCAS(&pl_slot_flags[t], 0u, 1u) == 0u) { pl_slot = t; break; }\n"
            "  }\n"
            "  __syncthreads();\n"
@@ -443,7 +446,24 @@ GeneratedKernel Emitter::run() {
   src << "  unsigned char* pl_stage_g = pl_scratch + " << global_stage_offset_ << ";\n";
   src << "  (void)pl_stage_s; (void)pl_stage_g; (void)pl_scratch_stride; (void)pl_slot_flags;\n";
   if (!debug_prints_.empty()) src << "  unsigned pl_debug_seq = 0;\n";
+  if (k_.any_sequential()) {
+    // One program per step; the barrier orders each step's global and shared memory accesses
+    // before the next step's (an output block accumulated along the axis is read back here).
+    src << "  for (long long pl_step = 0; pl_step < " << k_.sequential_programs() << "ll; ++pl_step) {\n";
+    src << "  long long pl_srest = pl_step;\n";
+    for (size_t d = k_.grid.size(); d-- > 0;) {
+      if (!k_.is_sequential(d)) continue;
+      src << "  const int pl_pid" << d << " = (int)(pl_srest % " << k_.grid[d] << "ll);\n";
+      src << "  pl_srest /= " << k_.grid[d] << "ll;\n";
+    }
+  }
+  // The program's row-major linear id over the whole grid (debug_print records carry it).
+  std::string linear = "0";
+  for (size_t d = 0; d < k_.grid.size(); ++d)
+    linear = "(" + linear + ") * " + std::to_string(k_.grid[d]) + "ll + pl_pid" + std::to_string(d);
+  src << "  const long long pl_linear = " << linear << ";\n  (void)pl_linear;\n";
   src << body_.str();
+  if (k_.any_sequential()) src << "  __syncthreads();\n  }\n";
   if (g.scratch_bytes > 0) {
     src << "  __syncthreads();\n"
            "  if (pl_tid() == 0 && pl_num_slots < "
@@ -452,11 +472,15 @@ GeneratedKernel Emitter::run() {
   src << "}\n";
   g.source = src.str();
   g.prints = debug_prints_;
+  g.access_sites = access_sites_;
+  g.checked = params_.checks;
   return g;
 }
 
 GeneratedKernel generate_cuda(const ir::Kernel& kernel, const CompilerParams& params, const Target& target) {
-  Emitter e(kernel, params, target);
+  CompilerParams resolved = params;
+  resolved.checks = backend::checks_enabled(params.checks);
+  Emitter e(kernel, resolved, target);
   return e.run();
 }
 

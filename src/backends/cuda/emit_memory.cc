@@ -79,6 +79,7 @@ void Emitter::emit_memory(const ir::Inst& in) {
   const ir::ValueId value = in.op == ir::Op::Load ? -1 : in.operands[next++];
   const ir::ValueId mask = (in.i1 & ir::kHasMask) ? in.operands[next++] : -1;
   const ir::ValueId other = (in.i1 & ir::kHasOther) ? in.operands[next++] : -1;
+  if (params_.checks) emit_access_check(in);
   if (outputs_loaded_.count(ref)) barrier();  // order this access after other threads' earlier ones
 
   if (in.op == ir::Op::Load && skip_registers.count(in.results[0])) {
@@ -317,6 +318,47 @@ void Emitter::emit_smem_load(const ir::Inst& in, const SmemTile& tile) {
     emit_prefetch_round(loop, "pl_nx", i + " + " + std::to_string(prefetch_distance(loop)));
   }
   line("pl_u16* const " + home_expr(v) + " = " + home_buffer(v, i, lo) + ";");
+}
+
+void Emitter::emit_access_check(const ir::Inst& in) {
+  const ir::RefParam& p = k_.refs.at(static_cast<size_t>(in.i0));
+  const std::string site = std::to_string(access_sites_.size());
+  access_sites_.push_back({in.op, static_cast<int>(in.i0)});
+  const size_t rank = in.index.size();
+  std::string mask = "(const bool*)0";
+  if (in.i1 & ir::kHasMask) {
+    const ir::ValueId m = in.operands[rank + (in.op == ir::Op::Load ? 0 : 1)];
+    barrier();
+    mask = "(const bool*)" + stage_value(m);
+    barrier();
+  }
+  const std::string fail = "pl_check_fail(pl_checks, " + site + ", ";
+  open("if (pl_tid() == 0)");
+  // The interpreter's order: block origins first, then the selected elements.
+  for (size_t a = 0; a < p.array_shape.size(); ++a) {
+    const std::string o = "(long long)" + name(p.origin[a]) + "[0]";
+    line("if (" + o + " >= " + std::to_string(p.array_shape[a]) + "ll || " + o + " + " + std::to_string(p.block_shape[a]) +
+         "ll <= 0) " + fail + "1, " + std::to_string(a) + ", " + o + ", pl_linear);");
+  }
+  if (rank > 0) {
+    std::string starts, sizes, strides, extents;
+    for (size_t d = 0; d < rank; ++d) {
+      const ir::IndexEntry& e = in.index[d];
+      const std::string sep = d ? ", " : "";
+      starts += sep + "(long long)" + name(in.operands[d]) + "[0]";
+      sizes += sep + std::to_string(e.scalar ? 1 : e.size) + "ll";
+      strides += sep + std::to_string(e.scalar ? 1 : e.stride) + "ll";
+      extents += sep + std::to_string(p.ref_shape[d]) + "ll";
+    }
+    line("const long long chk_start[] = {" + starts + "}, chk_size[] = {" + sizes + "}, chk_stride[] = {" + strides +
+         "}, chk_extent[] = {" + extents + "};");
+    line("int chk_dim = 0;");
+    line("long long chk_index = 0;");
+    line("if (!pl_selection_in_bounds(" + std::to_string(rank) + ", chk_start, chk_size, chk_stride, chk_extent, " + mask +
+         ", &chk_dim, &chk_index)) " + fail + "0, chk_dim, chk_index, pl_linear);");
+  }
+  close();
+  if (in.i1 & ir::kHasMask) barrier();  // the staged mask is read before the space is reused
 }
 
 }  // namespace palladium::cuda

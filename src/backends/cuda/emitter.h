@@ -91,6 +91,9 @@ class Emitter {
   std::string valid(const Layout& l) const;  // "" when every slot is valid, else a condition
   std::string owner(const Layout& l) const;  // condition: this slot's thread writes the element
   void barrier();
+  // Checked runs: thread 0 records the access's first element outside its ref (or its block
+  // outside the array); the access itself then proceeds, clipped to the array.
+  void emit_access_check(const ir::Inst& in);
   // Storage expression for a scratch byte offset in global memory.
   std::string scratch_ptr(int64_t offset, const std::string& type) const;
   // Staging: returns a pointer expression to `bytes` of exchange space (shared or global).
@@ -233,6 +236,7 @@ class Emitter {
   std::set<int> written_refs_;            // refs the kernel stores to or updates atomically
   std::set<int> outputs_loaded_;          // written refs that need barriers between memory ops
   std::vector<DebugPrintInfo> debug_prints_;
+  std::vector<backend::AccessSite> access_sites_;  // checked runs (params_.checks)
 };
 
 }  // namespace palladium::cuda

@@ -50,10 +50,13 @@ class Machine {
     }
   }
 
+  // Grid order is row-major, so the programs that differ only along sequential axes run in their
+  // order here, as the compiled backends run them.
   void run() {
     const int64_t total = numel(k_.grid);
     for (linear_ = 0; linear_ < total; ++linear_) {
       program_ = backend::program_coordinates(linear_, k_.grid);
+      group_ = group_of(linear_);
       region(k_.body);
     }
   }
@@ -68,6 +71,22 @@ class Machine {
   }
 
   Tile& at(ir::ValueId v) { return env_[static_cast<size_t>(v)]; }
+
+  // The programs that run one after another on one worker: those with the same coordinates along
+  // the parallel axes. Identified by the linear id of the first of them.
+  int64_t group_of(int64_t linear) const {
+    if (!k_.any_sequential()) return linear;
+    std::vector<int64_t> c = backend::program_coordinates(linear, k_.grid);
+    int64_t g = 0;
+    for (size_t d = 0; d < c.size(); ++d) g = g * k_.grid[d] + (k_.is_sequential(d) ? 0 : c[d]);
+    return g;
+  }
+  bool same_group(int64_t writer) const { return writer == linear_ || (writer >= 0 && group_of(writer) == group_); }
+  std::string race_hint() const {
+    return k_.any_sequential() ? " (only programs that differ along sequential axes alone run in order)"
+                               : " (programs of a parallel grid may run at once; an axis that accumulates into its "
+                                 "output block is marked arbitrary in CallOptions::dimension_semantics)";
+  }
 
   int64_t scalar(const ir::Inst& in, ir::ValueId v, const char* what) {
     const Tile& t = at(v);
@@ -248,6 +267,12 @@ class Machine {
       if (padding) { result.set_poison(e); return; }
       if (p.is_output && !(*m.written)[static_cast<size_t>(flat)])
         fail(in, "reads " + where() + ", output memory that nothing has written");
+      if (p.is_output) {
+        const int64_t w = (*m.writer)[static_cast<size_t>(flat)];
+        if (w != -1 && !same_group(w))
+          fail(in, "reads " + where() + ", which " + (w == kAtomicWriter ? std::string("several programs") : "program " + std::to_string(w)) +
+                       " (row-major linear id) wrote" + race_hint());
+      }
       if (result.floating()) result.f[static_cast<size_t>(e)] = load_as_double(p.dtype, m.data + byte);
       else result.i[static_cast<size_t>(e)] = load_as_int64(p.dtype, m.data + byte);
       return;
@@ -259,9 +284,10 @@ class Machine {
     if (value->poisoned(e)) fail(in, "stores a value computed from poison (edge-block padding, or masked-off lanes of a load without `other`) into " + where());
     int64_t& w = (*m.writer)[static_cast<size_t>(flat)];
     const bool atomic = in.op != ir::Op::Store;
-    if (!atomic && w != -1 && w != linear_)
-      fail(in, "writes " + where() + ", which program " + std::to_string(w) + " (row-major linear id) also wrote");
-    w = atomic ? (w == -1 || w == linear_ ? linear_ : kAtomicWriter) : linear_;
+    if (!atomic && w != -1 && !same_group(w))
+      fail(in, "writes " + where() + ", which " + (w == kAtomicWriter ? std::string("several programs") : "program " + std::to_string(w)) +
+                   " (row-major linear id) also wrote" + race_hint());
+    w = atomic ? (w == -1 || same_group(w) ? linear_ : kAtomicWriter) : linear_;
     if (atomic) {
       const bool was_written = (*m.written)[static_cast<size_t>(flat)];
       if (!was_written) fail(in, "updates " + where() + ", output memory that nothing has written");
@@ -291,6 +317,7 @@ class Machine {
   std::vector<std::vector<int64_t>> writer_;
   std::vector<int64_t> program_;
   int64_t linear_ = 0;
+  int64_t group_ = 0;
 };
 
 class InterpretedKernel final : public backend::Executable {

@@ -1,0 +1,35 @@
+#include "backends/common/access_check.h"
+
+#include <cstdlib>
+#include <sstream>
+
+namespace palladium::backend {
+
+bool checks_enabled(bool requested) {
+  if (requested) return true;
+  const char* env = std::getenv("PALLADIUM_CHECKS");
+  if (env == nullptr) return false;
+  const std::string v = env;
+  return v == "1" || v == "true" || v == "on" || v == "yes";
+}
+
+std::string access_failure_message(const ir::Kernel& k, const std::vector<AccessSite>& sites, const AccessFailure& f,
+                                   const std::string& backend) {
+  std::ostringstream os;
+  os << "pallas_call '" << k.name << "', program (";
+  for (size_t d = 0; d < f.program.size(); ++d) os << (d ? ", " : "") << f.program[d];
+  const AccessSite& site = sites.at(static_cast<size_t>(f.site));
+  const ir::RefParam& p = k.refs.at(static_cast<size_t>(site.ref));
+  os << "), op '" << ir::op_name(site.op) << "': ";
+  if (f.kind == 0) {
+    os << "index " << f.value << " is out of bounds for dimension " << f.dim << " of ref " << p.name << " with shape "
+       << shape_str(p.ref_shape);
+  } else {
+    os << "the index_map of ref " << p.name << " places its block at element " << f.value << " of dimension " << f.dim
+       << ", entirely outside the array of shape " << shape_str(p.array_shape);
+  }
+  os << " (found by a checked run on the " << backend << " backend)";
+  return os.str();
+}
+
+}  // namespace palladium::backend

@@ -1,0 +1,36 @@
+// Checked runs of the compiled backends (CompilerParams::checks, PALLADIUM_CHECKS=1): each memory
+// op is an access site; generated code reports the first access outside its ref (or a block that
+// its index_map puts outside the array), and the host turns the report into the interpreter's
+// message for the same fault, so a user finds on real hardware what the interpreter would find.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/ir.h"
+
+namespace palladium::backend {
+
+struct AccessSite {
+  ir::Op op;
+  int ref = 0;
+};
+
+// What one failed check found; kind: 0 = an index outside dimension `dim` of the ref, 1 = a block
+// origin outside the array along array dimension `dim`.
+struct AccessFailure {
+  int32_t site = -1;
+  int32_t kind = 0;
+  int32_t dim = 0;
+  int64_t value = 0;
+  std::vector<int64_t> program;
+};
+
+// Whether checks are on for a compile: the params' flag or $PALLADIUM_CHECKS (1/true/on).
+bool checks_enabled(bool requested);
+
+// The error text, worded as the interpreter words the same fault, naming the backend.
+std::string access_failure_message(const ir::Kernel& k, const std::vector<AccessSite>& sites, const AccessFailure& f,
+                                   const std::string& backend);
+
+}  // namespace palladium::backend
