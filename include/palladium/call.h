@@ -41,6 +41,10 @@ struct CallOptions {
   std::vector<BlockSpec> in_specs;                  // empty: whole arrays
   std::vector<BlockSpec> out_specs;
   std::vector<std::pair<int, int>> input_output_aliases;  // (input index, output index)
+  // Pallas's scratch_shapes: per-program buffers the kernel receives after its outputs, as Refs.
+  // Uninitialised; kept across the programs of one chain along sequential (arbitrary) axes, so
+  // they can carry an accumulator through a reduction axis. They live in device memory.
+  std::vector<ShapeDtype> scratch_shapes;
   std::string name;                                 // default: "kernel"
   bool debug = false;                               // print the traced IR (and generated code)
   std::string backend;                              // "", "interpret", "cpu", "cuda"; "" = default

@@ -22,6 +22,12 @@ constexpr int64_t cdiv(int64_t a, int64_t b) {
 // float32) and in int32 for 8/16/32-bit integers.
 Value dot(const Value& a, const Value& b, bool trans_a = false, bool trans_b = false);
 
+// pl.multiple_of / pl.max_contiguous: the user's promise that the integer x is a multiple of n
+// (or that runs of n consecutive values are contiguous). Hints: they return x unchanged; no
+// backend relies on them yet, so a broken promise changes nothing.
+Value multiple_of(const Value& x, int64_t n);
+Value max_contiguous(const Value& x, int64_t n);
+
 // Printing from inside a kernel: "{}" placeholders take the values in order; one line per program.
 void debug_print(const std::string& format, const std::vector<Value>& values = {});
 template <class... V> void debug_print(const std::string& format, const Value& v0, const V&... vs) {

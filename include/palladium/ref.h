@@ -87,6 +87,9 @@ Value load(const Ref& ref, const Indexer& index = {all}, std::optional<Value> ma
            std::optional<Value> other = std::nullopt);
 void store(const Ref& ref, const Indexer& index, const Value& value, std::optional<Value> mask = std::nullopt);
 void store(const Ref& ref, const Value& value);
+// pl.swap: stores `value` and returns what the selection held before (masked-off lanes of the
+// result are undefined, as those of a load without `other`).
+Value swap(const Ref& ref, const Indexer& index, const Value& value, std::optional<Value> mask = std::nullopt);
 // Atomic read-modify-write of each selected element; returns the old values.
 Value atomic_add(const Ref& ref, const Indexer& index, const Value& value, std::optional<Value> mask = std::nullopt);
 Value atomic_max(const Ref& ref, const Indexer& index, const Value& value, std::optional<Value> mask = std::nullopt);

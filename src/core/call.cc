@@ -14,7 +14,8 @@ struct CallImpl::Cache {
   struct Entry {
     std::unique_ptr<backend::Executable> exe;
     bool runs_on_host = false;  // the backend reads inputs through host pointers
-    std::vector<ShapeDtype> outputs;
+    std::vector<ShapeDtype> outputs;  // the results, then the scratch buffers
+    size_t num_scratch = 0;
     std::vector<std::pair<int, int>> aliases;
   };
   std::mutex mu;
@@ -122,6 +123,7 @@ std::shared_ptr<CallImpl::Cache::Entry> entry_for(const CallImpl& call, const In
   const ir::Kernel kernel = trace_kernel(call, d);
   ++cache.traces;
   e->outputs = d.outputs;
+  e->num_scratch = d.num_scratch;
   e->aliases = d.aliases;
   if (o.debug) std::cout << "--- pallas_call '" << d.name << "' IR (" << backend_name << ") ---\n" << ir::print(kernel);
   e->exe = be->compile(kernel, {o.debug, o.compiler_params});
@@ -146,13 +148,17 @@ ir::Kernel trace_kernel(const CallImpl& call, const CallDesc& d) {
     add_ref(kernel, b, pids, false, i, *d.inputs[i], d.in_specs[i], refs);
   }
   kernel.num_inputs = static_cast<int>(kernel.refs.size());
-  for (size_t o = 0; o < d.outputs.size(); ++o) add_ref(kernel, b, pids, true, o, d.outputs[o], d.out_specs[o], refs);
+  for (size_t o = 0; o < d.outputs.size(); ++o) {
+    add_ref(kernel, b, pids, true, o, d.outputs[o], d.out_specs[o], refs);
+    if (o >= d.num_results()) kernel.refs.back().name = "s" + std::to_string(o - d.num_results());  // scratch
+  }
 
   const KernelFn& fn = call.base().kernel;
   if (!accepts(fn.arity_mask, refs.size()))
     b.fail("call", "the kernel takes " + arity_list(fn.arity_mask, "an unsupported number of") +
                        " Refs but the call passes " + std::to_string(refs.size()) + " (" +
-                       std::to_string(d.inputs.size()) + " inputs + " + std::to_string(d.outputs.size()) + " outputs)");
+                       std::to_string(d.inputs.size()) + " inputs + " + std::to_string(d.num_results()) + " outputs" +
+                       (d.num_scratch ? " + " + std::to_string(d.num_scratch) + " scratch" : std::string()) + ")");
   fn.fn(Refs(refs));
   b.finish();
   ir::verify(kernel);
@@ -192,6 +198,7 @@ std::vector<Array> invoke(const CallImpl& call, const std::vector<Array>& given)
     outputs[static_cast<size_t>(out)] = src.device().kind == Device::cpu ? src.copy() : to_device(src, src.device());
   }
   e->exe->run(inputs, outputs);
+  outputs.resize(outputs.size() - e->num_scratch);
   return outputs;
 }
 

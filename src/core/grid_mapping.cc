@@ -23,6 +23,36 @@ BlockSpec canonical(const BlockSpec& spec, const Shape& shape) {
   return spec;
 }
 
+// Scratch buffers as extra outputs: one block per point of the parallel axes, the same block for
+// every program of a chain along the sequential axes (so it persists through them).
+void add_scratch(CallDesc& d, const std::vector<ShapeDtype>& scratch) {
+  for (const ShapeDtype& s : scratch) {
+    Shape shape;
+    std::vector<BlockDim> block;
+    std::vector<size_t> parallel;
+    for (size_t a = 0; a < d.grid.size(); ++a) {
+      if (d.sequential[a]) continue;
+      parallel.push_back(a);
+      shape.push_back(d.grid[a]);
+      block.emplace_back(None);
+    }
+    for (int64_t n : s.shape) {
+      shape.push_back(n);
+      block.emplace_back(n);
+    }
+    const size_t rank = s.shape.size();
+    auto map = [parallel, rank](std::span<const Value> g) {
+      std::vector<IndexArg> args;
+      for (size_t a : parallel) args.emplace_back(g[a]);
+      for (size_t k = 0; k < rank; ++k) args.emplace_back(0);
+      return Indexer(std::move(args));
+    };
+    d.outputs.emplace_back(shape, s.dtype);
+    d.out_specs.push_back(BlockSpec::from_parts(block, map, d.grid.size() < 32 ? 1u << d.grid.size() : kAnyArity));
+    ++d.num_scratch;
+  }
+}
+
 CallDesc describe_base(const CallImpl& c, const InputTypes& inputs) {
   const CallOptions& o = c.options;
   CallDesc d;
@@ -50,14 +80,15 @@ CallDesc describe_base(const CallImpl& c, const InputTypes& inputs) {
   }
   for (size_t i = 0; i < d.outputs.size(); ++i)
     d.out_specs.push_back(canonical(o.out_specs.empty() ? BlockSpec() : o.out_specs[i], d.outputs[i].shape));
-  std::vector<int> aliased(d.outputs.size(), -1);
+  add_scratch(d, o.scratch_shapes);
+  std::vector<int> aliased(d.num_results(), -1);
   for (auto [in, out] : d.aliases) {
-    if (out >= 0 && out < static_cast<int>(d.outputs.size())) {
+    if (out >= 0 && out < static_cast<int>(d.num_results())) {
       PL_CHECK(aliased[static_cast<size_t>(out)] < 0, where, "output ", out, " is aliased to both input ",
                aliased[static_cast<size_t>(out)], " and input ", in);
       aliased[static_cast<size_t>(out)] = in;
     }
-    PL_CHECK(in >= 0 && in < static_cast<int>(inputs.size()) && out >= 0 && out < static_cast<int>(d.outputs.size()),
+    PL_CHECK(in >= 0 && in < static_cast<int>(inputs.size()) && out >= 0 && out < static_cast<int>(d.num_results()),
              where, "input_output_aliases entry (", in, ", ", out, ") is out of range");
     PL_CHECK(inputs[static_cast<size_t>(in)] && *inputs[static_cast<size_t>(in)] == d.outputs[static_cast<size_t>(out)], where,
              "input ", in, " is aliased to output ", out, " but their shapes or dtypes differ");

@@ -40,8 +40,12 @@ struct CallDesc {
   std::vector<uint8_t> sequential;    // per grid axis: 1 where the axis is `arbitrary`
   InputTypes inputs;
   std::vector<BlockSpec> in_specs;    // canonical: explicit shape and index map
+  // The call's outputs, then one per scratch buffer (num_scratch of them): a block per point of
+  // the parallel grid axes, which the call drops after the run.
   std::vector<ShapeDtype> outputs;
   std::vector<BlockSpec> out_specs;
+  size_t num_scratch = 0;
+  size_t num_results() const { return outputs.size() - num_scratch; }
   std::vector<std::pair<int, int>> aliases;
   int program_id_offset = 0;
 };

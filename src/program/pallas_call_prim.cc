@@ -49,7 +49,7 @@ std::vector<Array> call_or_bind(const std::shared_ptr<CallImpl>& call, const std
     operands.push_back(inputs[i]);
   }
   const CallDesc d = describe(*call, types);
-  for (const ShapeDtype& o : d.outputs) q.out_types.push_back({o.shape, o.dtype});
+  for (size_t o = 0; o < d.num_results(); ++o) q.out_types.push_back({d.outputs[o].shape, d.outputs[o].dtype});
   q.callee = call;
   q.name = call->name();
   return program::bind(program::Prim::pallas_call, std::move(q), operands);

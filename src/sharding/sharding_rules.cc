@@ -216,6 +216,7 @@ std::vector<std::vector<std::pair<int, int>>> grid_factor_dims(const detail::Cal
     std::vector<std::pair<int, int>> dims;
     bool ok = true;
     for (const ir::RefParam& r : k.refs) {
+      if (r.is_output && r.operand >= static_cast<int>(d.num_results())) continue;  // scratch: per device anyway
       int following = 0;
       for (size_t dim = 0; dim < r.origin.size(); ++dim) {
         const ir::Inst* via = nullptr;

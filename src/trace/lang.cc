@@ -30,6 +30,14 @@ Value num_programs(int axis) {
   return wrap(ctx.builder().num_programs(grid_axis(ctx, axis, "num_programs")));
 }
 
+static Value hint(const Value& x, int64_t n, const char* op) {
+  if (n <= 0) builder(op).fail(op, "n must be positive, got " + std::to_string(n));
+  if (!is_integer(x.dtype())) builder(op).fail(op, std::string("takes an integer Value, got ") + dtype_name(x.dtype()));
+  return x;
+}
+Value multiple_of(const Value& x, int64_t n) { return hint(x, n, "multiple_of"); }
+Value max_contiguous(const Value& x, int64_t n) { return hint(x, n, "max_contiguous"); }
+
 Value cdiv(const Value& a, const Value& b) {
   if (is_float(a.dtype()) || is_float(b.dtype())) builder("cdiv").fail("cdiv", "takes integer operands");
   return jnp::floor_divide(a + b - 1, b);

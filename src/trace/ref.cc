@@ -190,6 +190,12 @@ void store(const Ref& ref, const Indexer& index, const Value& value, std::option
 
 void store(const Ref& ref, const Value& value) { store(ref, Indexer{all}, value); }
 
+Value swap(const Ref& ref, const Indexer& index, const Value& value, std::optional<Value> mask) {
+  Value old = load(ref, index, mask);
+  store(ref, index, value, mask);
+  return old;
+}
+
 Value atomic_add(const Ref& r, const Indexer& i, const Value& v, std::optional<Value> m) { return rmw(ir::Op::AtomicAdd, r, i, v, m); }
 Value atomic_max(const Ref& r, const Indexer& i, const Value& v, std::optional<Value> m) { return rmw(ir::Op::AtomicMax, r, i, v, m); }
 Value atomic_min(const Ref& r, const Indexer& i, const Value& v, std::optional<Value> m) { return rmw(ir::Op::AtomicMin, r, i, v, m); }

@@ -425,6 +425,41 @@ TEST_P(GridTest, NoneInput) {
   EXPECT_TRUE(matches(without, ref_f64({8}, [&](int64_t i) { return 3 * x.get(i); }), f32));
 }
 
+// pl::swap returns the old values and stores the new (masked: only where the mask holds); the
+// hints multiple_of / max_contiguous return their operand.
+TEST_P(GridTest, SwapAndHints) {
+  Rng rng;
+  Array x = rng.normal({16}), y = rng.normal({16});
+  auto outs = run_kernel(
+      [](Ref x_ref, Ref y_ref, Ref o, Ref old) {
+        o[pl::all] = x_ref[pl::all];
+        Value start = pl::multiple_of(pl::program_id(0) * 8, 8);
+        Value k = pl::max_contiguous(jnp::arange(8), 8);
+        Value was = pl::swap(o, pl::idx(pl::ds(0, 8)), Value(y_ref(pl::ds(0, 8))), k < 6);
+        old[pl::all] = jnp::where(k < 6, was, -1.0f);  // masked-off lanes of `was` are poison
+        (void)start;
+      },
+      {ShapeDtype({16}, f32), ShapeDtype({16}, f32)},
+      {.grid = {2}, .in_specs = {BlockSpec({8}, [](Index i) { return i; }), BlockSpec({8}, [](Index i) { return i; })},
+       .out_specs = {BlockSpec({8}, [](Index i) { return i; }), BlockSpec({8}, [](Index i) { return i; })}, .name = "swap"},
+      {x, y});
+  EXPECT_TRUE(matches(outs[0], ref_f64({16}, [&](int64_t f) { return f % 8 < 6 ? y.get(f) : x.get(f); }), f32));
+  EXPECT_TRUE(matches(outs[1], ref_f64({16}, [&](int64_t f) { return f % 8 < 6 ? x.get(f) : -1.0; }), f32));
+}
+
+TEST(GridErrors, HintsNeedAPositiveCountAndIntegers) {
+  auto call = [](auto body) {
+    return test_support::error_message([&] {
+      pallas_call([&](Ref o) { o[pl::all] = body(); }, ShapeDtype({}, i32), {.name = "hint", .backend = "interpret"})();
+    });
+  };
+  EXPECT_NE(call([] { return pl::multiple_of(jnp::zeros({}, i32), 0); }).find("op 'multiple_of': n must be positive, got 0"),
+            std::string::npos);
+  EXPECT_NE(call([] { return pl::max_contiguous(jnp::zeros({}), 4).astype(i32); })
+                .find("op 'max_contiguous': takes an integer Value, got float32"),
+            std::string::npos);
+}
+
 PL_INSTANTIATE_BACKENDS(GridTest);
 
 }  // namespace
