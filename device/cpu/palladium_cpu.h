@@ -2,6 +2,7 @@
 #pragma once
 #include "abi.h"
 #include "checks.h"
+#include "erf_inv.h"
 #include "gemm.h"
 #include "numeric.h"
 #include "reduce.h"

@@ -113,6 +113,9 @@ Value shift_right_logical(const Value& a, const Value& b);
 Value shift_right_arithmetic(const Value& a, const Value& b);
 Value population_count(const Value& x);
 Value clz(const Value& x);  // leading zero bits
+Value erf_inv(const Value& x);  // the inverse of erf (integers compute in float32)
+// The next representable value after a toward b; float32 and float64 only.
+Value nextafter(const Value& a, const Value& b);
 }  // namespace lax
 
 }  // namespace palladium

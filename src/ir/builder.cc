@@ -138,6 +138,11 @@ ValueId Builder::binary(Op op, ValueId a, ValueId b) {
     case Op::Pow: case Op::Atan2:
       if (!is_float(ta.dtype)) fail(op_name(op), std::string("takes floating-point operands, not ") + dtype_name(ta.dtype));
       break;
+    case Op::NextAfter:  // the neighbours of a 16-bit float are not those of its float32 compute type
+      if (ta.dtype != DType::float32 && ta.dtype != DType::float64)
+        fail(op_name(op), std::string("takes float32 or float64 operands, not ") + dtype_name(ta.dtype) +
+                              "; use astype(f32) first");
+      break;
     default:
       if (!is_numeric(ta.dtype)) fail(op_name(op), std::string("takes numeric operands, not ") + dtype_name(ta.dtype));
   }

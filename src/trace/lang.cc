@@ -231,6 +231,12 @@ Value population_count(const Value& x) {
   return wrap(builder("population_count").unary(ir::Op::PopulationCount, as_value(x, "population_count")));
 }
 Value clz(const Value& x) { return wrap(builder("clz").unary(ir::Op::Clz, as_value(x, "clz"))); }
+Value erf_inv(const Value& x) {
+  ir::ValueId id = as_value(x, "erf_inv");
+  if (!is_float(builder("erf_inv").type(id).dtype)) id = builder("erf_inv").cast(id, DType::float32);
+  return wrap(builder("erf_inv").unary(ir::Op::ErfInv, id));
+}
+Value nextafter(const Value& a, const Value& b) { return trace::binary_op(ir::Op::NextAfter, a, b, "nextafter"); }
 }  // namespace lax
 
 }  // namespace palladium

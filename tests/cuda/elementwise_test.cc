@@ -72,11 +72,22 @@ TEST(CudaElementwise, UnaryMathFloatDtypes) {
                           jnp::sqrt(p), jnp::rsqrt(p), jnp::sin(x), jnp::cos(x), jnp::tanh(x), jnp::logistic(x),
                           jnp::erf(x), jnp::floor(x * 3), jnp::ceil(x * 3), pl::nn::gelu(x), pl::nn::silu(x),
                           jnp::expm1(x), jnp::tan(x), jnp::arcsin(x * 0.3), jnp::arccos(x * 0.3), jnp::arctan(x),
-                          jnp::sinh(x), jnp::cosh(x), jnp::round(x * 3), jnp::sign(x), jnp::arctan2(x, p)})
+                          jnp::sinh(x), jnp::cosh(x), jnp::round(x * 3), jnp::sign(x), jnp::arctan2(x, p),
+                          pl::lax::erf_inv(x * 0.3)})
         r[o++][pl::all] = v;
     };
-    std::vector<ShapeDtype> outs(28, ShapeDtype(shape, t));
+    std::vector<ShapeDtype> outs(29, ShapeDtype(shape, t));
     check_kernel(kernel, outs, {.name = "unary"}, {normal(3, shape, t)});
+  }
+}
+
+// nextafter: exactly the interpreter's (std::nextafter in the operands' format).
+TEST(CudaElementwise, NextAfter) {
+  PL_REQUIRE_NVRTC();
+  for (DType t : {f32, f64}) {
+    SCOPED_TRACE(dtype_name(t));
+    check_kernel([](pl::Ref a, pl::Ref b, pl::Ref o) { o[pl::all] = pl::lax::nextafter(a[pl::all], b[pl::all]); },
+                 {ShapeDtype({4, 64}, t)}, {.name = "nextafter"}, {normal(5, {4, 64}, t), normal(6, {4, 64}, t)}, 0.0);
   }
 }
 

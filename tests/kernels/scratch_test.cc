@@ -26,10 +26,10 @@ TEST_P(ScratchTest, AccumulatorThroughAnArbitraryAxis) {
   o.scratch_shapes = {ShapeDtype({b, b}, f32)};
   o.name = "scratch_matmul";
   Array out = run1(
-      [nk](Ref xr, Ref yr, Ref out_ref, Ref acc) {
+      [last = nk - 1](Ref xr, Ref yr, Ref out_ref, Ref acc) {
         pl::when(pl::program_id(2) == 0, [&] { acc[pl::all] = jnp::zeros({16, 16}); });
         acc[pl::all] = acc[pl::all] + jnp::dot(xr[pl::all], yr[pl::all]);
-        pl::when(pl::program_id(2) == nk - 1, [&] { out_ref[pl::all] = Value(acc[pl::all]).astype(bf16); });
+        pl::when(pl::program_id(2) == last, [&] { out_ref[pl::all] = Value(acc[pl::all]).astype(bf16); });
       },
       ShapeDtype({m, n}, bf16), o, {x, y});
   EXPECT_TRUE(matches(out, matmul(x.astype(f64), y.astype(f64)), bf16));

@@ -18,6 +18,7 @@ inline const char* libm_function(ir::Op op) {
     case ir::Op::Cosh: return "cosh";
     case ir::Op::Round: return "rint";  // the default rounding mode: ties to even
     case ir::Op::Atan2: return "atan2";
+    case ir::Op::NextAfter: return "nextafter";
     default: return nullptr;
   }
 }

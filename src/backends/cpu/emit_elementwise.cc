@@ -112,6 +112,7 @@ std::string Emitter::elementwise_expr(const ir::Inst& in, const std::vector<std:
     case ir::Op::Tanh: return call("tanh");
     case ir::Op::Logistic: return call("logistic");
     case ir::Op::Erf: return call("erf");
+    case ir::Op::ErfInv: return call("erf_inv");
     case ir::Op::Floor: return builtin("floor");
     case ir::Op::Ceil: return builtin("ceil");
     case ir::Op::Sign:

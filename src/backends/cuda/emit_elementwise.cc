@@ -48,6 +48,7 @@ std::string float_unary(ir::Op op, bool single, bool fast, const std::string& a)
     case ir::Op::Tanh: return call("tanh" + f, a);
     case ir::Op::Logistic: return call("pl_logistic", a);
     case ir::Op::Erf: return call("erf" + f, a);
+    case ir::Op::ErfInv: return call("erfinv" + f, a);
     case ir::Op::Floor: return call("floor" + f, a);
     case ir::Op::Ceil: return call("ceil" + f, a);
     case ir::Op::Sign: {

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "backends/interp/tile.h"
+#include "device/cpu/erf_inv.h"
 
 namespace palladium::interp {
 
@@ -69,6 +70,7 @@ double unary_f(ir::Op op, double x) {
     case ir::Op::Cosh: return std::cosh(x);
     case ir::Op::Round: return std::nearbyint(x);  // the default rounding mode: ties to even
     case ir::Op::Sign: return x > 0 ? 1.0 : x < 0 ? -1.0 : x;
+    case ir::Op::ErfInv: return pl_cpu::erf_inv(x);
     default: return NAN;
   }
 }
@@ -184,6 +186,12 @@ Tile eval_binary(ir::Op op, const Tile& a, const Tile& b, const Fail& fail) {
   const size_t n = static_cast<size_t>(a.size());
   if (a.floating()) {
     const DType t = a.dtype;
+    if (op == ir::Op::NextAfter) {  // in the operands' own format (float32 or float64)
+      for (size_t k = 0; k < n; ++k)
+        r.f[k] = t == DType::float32 ? static_cast<double>(std::nextafter(static_cast<float>(a.f[k]), static_cast<float>(b.f[k])))
+                                     : std::nextafter(a.f[k], b.f[k]);
+      return r;
+    }
     switch (op) {  // the common ops get tight loops; the rest go through binary_f
       case ir::Op::Add: for (size_t k = 0; k < n; ++k) r.f[k] = round_to(t, a.f[k] + b.f[k]); break;
       case ir::Op::Sub: for (size_t k = 0; k < n; ++k) r.f[k] = round_to(t, a.f[k] - b.f[k]); break;
