@@ -13,6 +13,20 @@ bool checks_enabled(bool requested) {
   return v == "1" || v == "true" || v == "on" || v == "yes";
 }
 
+SelectionLists selection_lists(const ir::Inst& in, const ir::RefParam& p,
+                               const std::function<std::string(ir::ValueId)>& start_of, const std::string& suffix) {
+  SelectionLists l;
+  for (size_t d = 0; d < in.index.size(); ++d) {
+    const ir::IndexEntry& e = in.index[d];
+    const std::string sep = d ? ", " : "";
+    l.starts += sep + start_of(in.operands[d]);
+    l.sizes += sep + std::to_string(e.scalar ? 1 : e.size) + suffix;
+    l.strides += sep + std::to_string(e.scalar ? 1 : e.stride) + suffix;
+    l.extents += sep + std::to_string(p.ref_shape[d]) + suffix;
+  }
+  return l;
+}
+
 std::string access_failure_message(const ir::Kernel& k, const std::vector<AccessSite>& sites, const AccessFailure& f,
                                    const std::string& backend) {
   std::ostringstream os;

@@ -4,6 +4,7 @@
 // message for the same fault, so a user finds on real hardware what the interpreter would find.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,14 @@ struct AccessFailure {
   int64_t value = 0;
   std::vector<int64_t> program;
 };
+
+// The comma-separated lists a generated check passes for one access: per ref dimension its start
+// (spelled by start_of), selection size, stride and the ref's extent (integer literals + suffix).
+struct SelectionLists {
+  std::string starts, sizes, strides, extents;
+};
+SelectionLists selection_lists(const ir::Inst& in, const ir::RefParam& p,
+                               const std::function<std::string(ir::ValueId)>& start_of, const std::string& suffix);
 
 // Whether checks are on for a compile: the params' flag or $PALLADIUM_CHECKS (1/true/on).
 bool checks_enabled(bool requested);

@@ -200,23 +200,16 @@ void Emitter::emit_access_check(const ir::Inst& in) {
   }
   const size_t rank = in.index.size();
   if (rank > 0) {
-    std::string starts, sizes, strides, extents;
-    for (size_t d = 0; d < rank; ++d) {
-      const ir::IndexEntry& e = in.index[d];
-      const std::string sep = d ? ", " : "";
-      starts += sep + "static_cast<int64_t>(" + name(in.operands[d]) + ")";
-      sizes += sep + std::to_string(e.scalar ? 1 : e.size);
-      strides += sep + std::to_string(e.scalar ? 1 : e.stride);
-      extents += sep + std::to_string(p.ref_shape[d]);
-    }
+    const backend::SelectionLists l =
+        backend::selection_lists(in, p, [](ir::ValueId v) { return "static_cast<int64_t>(" + name(v) + ")"; }, "");
     size_t next = rank + (in.op == ir::Op::Load ? 0 : 1);
     std::string mask = "nullptr";
     if (in.i1 & ir::kHasMask) {
       const ir::ValueId m = in.operands[next];
       mask = kind(m) == ValueKind::Scalar ? "&" + name(m) : name(m);
     }
-    line("const int64_t chk_start[] = {" + starts + "}, chk_size[] = {" + sizes + "}, chk_stride[] = {" + strides +
-         "}, chk_extent[] = {" + extents + "};");
+    line("const int64_t chk_start[] = {" + l.starts + "}, chk_size[] = {" + l.sizes + "}, chk_stride[] = {" + l.strides +
+         "}, chk_extent[] = {" + l.extents + "};");
     line("int32_t chk_dim = 0;");
     line("int64_t chk_index = 0;");
     line("if (!pl_cpu::selection_in_bounds(" + std::to_string(rank) + ", chk_start, chk_size, chk_stride, chk_extent, " + mask +

@@ -341,17 +341,10 @@ void Emitter::emit_access_check(const ir::Inst& in) {
          "ll <= 0) " + fail + "1, " + std::to_string(a) + ", " + o + ", pl_linear);");
   }
   if (rank > 0) {
-    std::string starts, sizes, strides, extents;
-    for (size_t d = 0; d < rank; ++d) {
-      const ir::IndexEntry& e = in.index[d];
-      const std::string sep = d ? ", " : "";
-      starts += sep + "(long long)" + name(in.operands[d]) + "[0]";
-      sizes += sep + std::to_string(e.scalar ? 1 : e.size) + "ll";
-      strides += sep + std::to_string(e.scalar ? 1 : e.stride) + "ll";
-      extents += sep + std::to_string(p.ref_shape[d]) + "ll";
-    }
-    line("const long long chk_start[] = {" + starts + "}, chk_size[] = {" + sizes + "}, chk_stride[] = {" + strides +
-         "}, chk_extent[] = {" + extents + "};");
+    const backend::SelectionLists l =
+        backend::selection_lists(in, p, [this](ir::ValueId v) { return "(long long)" + name(v) + "[0]"; }, "ll");
+    line("const long long chk_start[] = {" + l.starts + "}, chk_size[] = {" + l.sizes + "}, chk_stride[] = {" + l.strides +
+         "}, chk_extent[] = {" + l.extents + "};");
     line("int chk_dim = 0;");
     line("long long chk_index = 0;");
     line("if (!pl_selection_in_bounds(" + std::to_string(rank) + ", chk_start, chk_size, chk_stride, chk_extent, " + mask +
