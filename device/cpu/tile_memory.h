@@ -116,11 +116,21 @@ PL_INLINE void store_row_masked(S* __restrict base, int64_t offset, int64_t stri
 }
 
 // ---- atomics (32- and 64-bit integer and float refs): return the old value ----
-enum class AtomicOp { add, max, min };
+enum class AtomicOp { add, max, min, xchg, bit_and, bit_or, bit_xor };
 
 template <AtomicOp op, class T> PL_INLINE T atomic_update(T* p, T v) {
   if constexpr (op == AtomicOp::add && (T(0.5) == T(0))) {  // integers: one instruction
     return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+  } else if constexpr (op == AtomicOp::xchg) {
+    T old;
+    __atomic_exchange(p, &v, &old, __ATOMIC_RELAXED);
+    return old;
+  } else if constexpr (op == AtomicOp::bit_and) {  // integer refs only (the IR checks)
+    return __atomic_fetch_and(p, v, __ATOMIC_RELAXED);
+  } else if constexpr (op == AtomicOp::bit_or) {
+    return __atomic_fetch_or(p, v, __ATOMIC_RELAXED);
+  } else if constexpr (op == AtomicOp::bit_xor) {
+    return __atomic_fetch_xor(p, v, __ATOMIC_RELAXED);
   } else {
     T old;
     __atomic_load(p, &old, __ATOMIC_RELAXED);
@@ -130,6 +140,19 @@ template <AtomicOp op, class T> PL_INLINE T atomic_update(T* p, T v) {
       if (__atomic_compare_exchange(p, &old, &desired, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return old;
     }
   }
+}
+
+// Compare-and-swap (integer refs): the old value; `v` is stored where it equalled `cmp`.
+template <class T> PL_INLINE T atomic_cas(T* p, T cmp, T v) {
+  __atomic_compare_exchange(p, &cmp, &v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  return cmp;  // on failure, the value found; on success, equal to it
+}
+
+template <class T>
+PL_INLINE void atomic_cas_row(T* base, int64_t offset, int64_t stride, int64_t count, int64_t lo, int64_t hi,
+                              const T* cmp, const T* values, T* result) {
+  for (int64_t k = 0; k < count; ++k)
+    result[k] = k >= lo && k < hi ? atomic_cas(base + offset + k * stride, cmp[k], values[k]) : T(0);
 }
 
 // One row of an atomic update; `result` gets the old values (0 for lanes not applied).

@@ -68,3 +68,24 @@ PL_DEVICE double pl_atomic_min(double* p, double v) {
   } while (old != assumed);
   return __longlong_as_double((pl_i64)old);
 }
+
+// Exchange (every atomic dtype), bitwise and/or/xor and compare-and-swap (integers).
+PL_DEVICE pl_i32 pl_atomic_xchg(pl_i32* p, pl_i32 v) { return atomicExch(p, v); }
+PL_DEVICE pl_u32 pl_atomic_xchg(pl_u32* p, pl_u32 v) { return atomicExch(p, v); }
+PL_DEVICE pl_i64 pl_atomic_xchg(pl_i64* p, pl_i64 v) { return (pl_i64)atomicExch((pl_u64*)p, (pl_u64)v); }
+PL_DEVICE float pl_atomic_xchg(float* p, float v) { return atomicExch(p, v); }
+PL_DEVICE double pl_atomic_xchg(double* p, double v) {
+  return __longlong_as_double((pl_i64)atomicExch((pl_u64*)p, (pl_u64)__double_as_longlong(v)));
+}
+PL_DEVICE pl_i32 pl_atomic_and(pl_i32* p, pl_i32 v) { return atomicAnd(p, v); }
+PL_DEVICE pl_u32 pl_atomic_and(pl_u32* p, pl_u32 v) { return atomicAnd(p, v); }
+PL_DEVICE pl_i64 pl_atomic_and(pl_i64* p, pl_i64 v) { return (pl_i64)atomicAnd((pl_u64*)p, (pl_u64)v); }
+PL_DEVICE pl_i32 pl_atomic_or(pl_i32* p, pl_i32 v) { return atomicOr(p, v); }
+PL_DEVICE pl_u32 pl_atomic_or(pl_u32* p, pl_u32 v) { return atomicOr(p, v); }
+PL_DEVICE pl_i64 pl_atomic_or(pl_i64* p, pl_i64 v) { return (pl_i64)atomicOr((pl_u64*)p, (pl_u64)v); }
+PL_DEVICE pl_i32 pl_atomic_xor(pl_i32* p, pl_i32 v) { return atomicXor(p, v); }
+PL_DEVICE pl_u32 pl_atomic_xor(pl_u32* p, pl_u32 v) { return atomicXor(p, v); }
+PL_DEVICE pl_i64 pl_atomic_xor(pl_i64* p, pl_i64 v) { return (pl_i64)atomicXor((pl_u64*)p, (pl_u64)v); }
+PL_DEVICE pl_i32 pl_atomic_cas(pl_i32* p, pl_i32 cmp, pl_i32 v) { return atomicCAS(p, cmp, v); }
+PL_DEVICE pl_u32 pl_atomic_cas(pl_u32* p, pl_u32 cmp, pl_u32 v) { return atomicCAS(p, cmp, v); }
+PL_DEVICE pl_i64 pl_atomic_cas(pl_i64* p, pl_i64 cmp, pl_i64 v) { return (pl_i64)atomicCAS((pl_u64*)p, (pl_u64)cmp, (pl_u64)v); }

@@ -94,5 +94,12 @@ Value swap(const Ref& ref, const Indexer& index, const Value& value, std::option
 Value atomic_add(const Ref& ref, const Indexer& index, const Value& value, std::optional<Value> mask = std::nullopt);
 Value atomic_max(const Ref& ref, const Indexer& index, const Value& value, std::optional<Value> mask = std::nullopt);
 Value atomic_min(const Ref& ref, const Indexer& index, const Value& value, std::optional<Value> mask = std::nullopt);
+Value atomic_xchg(const Ref& ref, const Indexer& index, const Value& value, std::optional<Value> mask = std::nullopt);
+// Bitwise, on integer refs.
+Value atomic_and(const Ref& ref, const Indexer& index, const Value& value, std::optional<Value> mask = std::nullopt);
+Value atomic_or(const Ref& ref, const Indexer& index, const Value& value, std::optional<Value> mask = std::nullopt);
+Value atomic_xor(const Ref& ref, const Indexer& index, const Value& value, std::optional<Value> mask = std::nullopt);
+// Where an element equals `cmp` it becomes `value`; returns the old values. 32/64-bit integer refs.
+Value atomic_cas(const Ref& ref, const Indexer& index, const Value& cmp, const Value& value);
 
 }  // namespace palladium

@@ -351,10 +351,31 @@ ValueId Builder::atomic(Op op, int ref, std::vector<IndexEntry> index, std::vect
     fail(op_name(op), "value " + type_str(type(value)) + " does not match the indexed ref slot " + type_str(t));
   if (is_bool(t.dtype) || t.dtype == DType::float16 || t.dtype == DType::bfloat16 || itemsize(t.dtype) < 4)
     fail(op_name(op), std::string("does not take ") + dtype_name(t.dtype) + " refs (32- and 64-bit types only)");
+  if ((op == Op::AtomicAnd || op == Op::AtomicOr || op == Op::AtomicXor) && !is_integer(t.dtype))
+    fail(op_name(op), std::string("takes integer refs, not ") + dtype_name(t.dtype));
   check_mask(op_name(op), mask, t.shape);
   Inst in{.op = op, .operands = std::move(starts), .i0 = ref, .index = std::move(index)};
   in.operands.push_back(value);
   if (mask >= 0) { in.operands.push_back(mask); in.i1 |= kHasMask; }
+  ValueId r = new_value(t);
+  in.results = {r};
+  emit(std::move(in));
+  return r;
+}
+
+ValueId Builder::atomic_cas(int ref, std::vector<IndexEntry> index, std::vector<ValueId> starts, ValueId cmp,
+                            ValueId value) {
+  Type t = ref_access_type("atomic_cas", ref, index, starts);
+  check_writable("atomic_cas", ref);
+  if (type(cmp) != t || type(value) != t)
+    fail("atomic_cas", "cmp " + type_str(type(cmp)) + " and value " + type_str(type(value)) +
+                           " must both match the indexed ref slot " + type_str(t));
+  // Floats would compare bits here but values in the interpreter (-0.0, NaN): integers only.
+  if (!is_integer(t.dtype) || itemsize(t.dtype) < 4)
+    fail("atomic_cas", std::string("takes 32- and 64-bit integer refs, not ") + dtype_name(t.dtype));
+  Inst in{.op = Op::AtomicCas, .operands = std::move(starts), .i0 = ref, .index = std::move(index)};
+  in.operands.push_back(cmp);
+  in.operands.push_back(value);
   ValueId r = new_value(t);
   in.results = {r};
   emit(std::move(in));

@@ -41,6 +41,8 @@ class Builder {
              ValueId mask);
   ValueId atomic(Op op, int ref, std::vector<IndexEntry> index, std::vector<ValueId> starts,
                  ValueId value, ValueId mask);
+  // Compare-and-swap: where an element equals cmp it becomes value; returns the old values.
+  ValueId atomic_cas(int ref, std::vector<IndexEntry> index, std::vector<ValueId> starts, ValueId cmp, ValueId value);
   void debug_print(std::string format, std::vector<ValueId> values);
 
   // Structured control flow: open a region, emit its body, close it with the values it yields,

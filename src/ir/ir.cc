@@ -96,6 +96,7 @@ class Printer {
       index(in);
       size_t rest = in.index.size();
       if (in.op != Op::Load) os_ << " <- " << v(in.operands[rest++]);
+      if (in.op == Op::AtomicCas) os_ << " new=" << v(in.operands[rest++]);
       if (in.i1 & kHasMask) os_ << " mask=" << v(in.operands[rest++]);
       if (in.i1 & kHasOther) os_ << " other=" << v(in.operands[rest++]);
     } else {

@@ -28,6 +28,11 @@ enum class Family : uint8_t { Leaf, Unary, Binary, Compare, Select, Cast, Layout
 
 const char* op_name(Op op);
 Family op_family(Op op);
+// Read-modify-write memory ops (every Memory op but Load and Store).
+inline bool is_atomic(Op op) {
+  return op == Op::AtomicAdd || op == Op::AtomicMax || op == Op::AtomicMin || op == Op::AtomicXchg ||
+         op == Op::AtomicAnd || op == Op::AtomicOr || op == Op::AtomicXor || op == Op::AtomicCas;
+}
 
 using ValueId = int32_t;
 

@@ -199,6 +199,15 @@ Value swap(const Ref& ref, const Indexer& index, const Value& value, std::option
 Value atomic_add(const Ref& r, const Indexer& i, const Value& v, std::optional<Value> m) { return rmw(ir::Op::AtomicAdd, r, i, v, m); }
 Value atomic_max(const Ref& r, const Indexer& i, const Value& v, std::optional<Value> m) { return rmw(ir::Op::AtomicMax, r, i, v, m); }
 Value atomic_min(const Ref& r, const Indexer& i, const Value& v, std::optional<Value> m) { return rmw(ir::Op::AtomicMin, r, i, v, m); }
+Value atomic_xchg(const Ref& r, const Indexer& i, const Value& v, std::optional<Value> m) { return rmw(ir::Op::AtomicXchg, r, i, v, m); }
+Value atomic_and(const Ref& r, const Indexer& i, const Value& v, std::optional<Value> m) { return rmw(ir::Op::AtomicAnd, r, i, v, m); }
+Value atomic_or(const Ref& r, const Indexer& i, const Value& v, std::optional<Value> m) { return rmw(ir::Op::AtomicOr, r, i, v, m); }
+Value atomic_xor(const Ref& r, const Indexer& i, const Value& v, std::optional<Value> m) { return rmw(ir::Op::AtomicXor, r, i, v, m); }
+Value atomic_cas(const Ref& r, const Indexer& i, const Value& cmp, const Value& v) {
+  Access a = resolve(r, i, "atomic_cas");
+  const ir::ValueId c = stored_value(r, cmp, a.shape, "atomic_cas");
+  return wrap(builder("atomic_cas").atomic_cas(r.param(), a.entries, a.starts, c, stored_value(r, v, a.shape, "atomic_cas")));
+}
 
 Value RefProxy::get() const { return load(ref_, index_); }
 RefProxy& RefProxy::operator=(const Value& v) {

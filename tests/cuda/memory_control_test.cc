@@ -201,6 +201,31 @@ TEST(CudaMemory, RecurrenceThroughTheOutputIsNotPrefetched) {
   EXPECT_EQ(prologue.find("pl_ref2"), std::string::npos) << "the load from the output is prefetched:\n" << prologue;
 }
 
+// atomic_xchg, atomic_and / or / xor and atomic_cas on int32, uint32 and int64 (and xchg on
+// float32): one program, so the old values are fixed.
+TEST(CudaMemory, ExchangeBitwiseAndCompareAndSwapAtomics) {
+  PL_REQUIRE_NVRTC();
+  for (DType t : {i32, u32, i64}) {
+    SCOPED_TRACE(dtype_name(t));
+    Array init = uniform(21, {64}, t, 0, 1000), v = uniform(22, {64}, t, 0, 1000);
+    check_kernel(
+        [](pl::Ref, pl::Ref v_ref, pl::Ref o, pl::Ref o1, pl::Ref o2, pl::Ref o3, pl::Ref o4) {
+          pl::Value val = v_ref[pl::all];
+          o1[pl::all] = pl::atomic_xchg(o, pl::idx(pl::ds(0, 16)), pl::load(v_ref, pl::idx(pl::ds(0, 16))));
+          o2[pl::all] = pl::atomic_and(o, pl::idx(pl::ds(16, 16)), pl::load(v_ref, pl::idx(pl::ds(16, 16))));
+          pl::atomic_or(o, pl::idx(pl::ds(32, 16)), pl::load(v_ref, pl::idx(pl::ds(32, 16))));
+          o3[pl::all] = pl::atomic_xor(o, pl::idx(pl::ds(48, 8)), pl::load(v_ref, pl::idx(pl::ds(48, 8))));
+          pl::Value cur = pl::load(o, pl::idx(pl::ds(56, 8)));
+          pl::Value k = jnp::arange(8);
+          o4[pl::all] = pl::atomic_cas(o, pl::idx(pl::ds(56, 8)), jnp::where(k % 2 == 0, cur, cur + 1),
+                                       pl::load(v_ref, pl::idx(pl::ds(56, 8))));
+          (void)val;
+        },
+        {ShapeDtype({64}, t), ShapeDtype({16}, t), ShapeDtype({16}, t), ShapeDtype({8}, t), ShapeDtype({8}, t)},
+        {.input_output_aliases = {{0, 0}}, .name = "atomics2"}, {init, v});
+  }
+}
+
 // A sequential (arbitrary) reduction axis: a loop inside each thread block, the output block read
 // back and accumulated at every step; tensor-core dots at 64 x 64 blocks.
 TEST(CudaMemory, SequentialAxisAccumulatesTheOutputBlock) {

@@ -359,6 +359,76 @@ TEST_P(GridTest, AtomicHistogramAndOldValues) {
   }
 }
 
+// atomic_and / or / xor from every program (order-free results) on int32, uint32 and int64; and
+// atomic_xchg / atomic_cas along a sequential axis, where the order is the grid's: each program
+// exchanges in its id and sees the previous one's; the first compare-and-swap from -1 wins.
+TEST_P(GridTest, BitwiseExchangeAndCompareAndSwap) {
+  Rng rng;
+  for (DType t : {i32, u32, i64}) {
+    SCOPED_TRACE(dtype_name(t));
+    Array x = rng.values({16, 8}, t, 0, 1 << 20), init = rng.values({3, 8}, t, 0, 1 << 20);
+    BlockSpec row({pl::None, 8}, [](Index i) { return pl::idx(i, 0); });
+    BlockSpec line({pl::None, 8}, [](Index) { return pl::idx(0, 0); });
+    auto outs = run_kernel(
+        [](Ref x_ref, Ref, Ref, Ref, Ref a, Ref o, Ref e) {
+          Value v = x_ref[pl::all];
+          pl::atomic_and(a, pl::idx(pl::all), v);
+          pl::atomic_or(o, pl::idx(pl::all), v);
+          pl::atomic_xor(e, pl::idx(pl::all), v);
+        },
+        {ShapeDtype({1, 8}, t), ShapeDtype({1, 8}, t), ShapeDtype({1, 8}, t)},
+        {.grid = {16}, .in_specs = {row, line, line, line}, .out_specs = {line, line, line},
+         .input_output_aliases = {{1, 0}, {2, 1}, {3, 2}}, .name = "bitwise_atomics"},
+        {x, take(init, 0).reshape({1, 8}), take(init, 1).reshape({1, 8}), take(init, 2).reshape({1, 8})});
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_TRUE(matches(outs[static_cast<size_t>(k)], ref_int({1, 8}, t, [&](int64_t c) {
+        int64_t acc = init.get_int(k * 8 + c);
+        for (int64_t r = 0; r < 16; ++r) {
+          const int64_t v = x.get_int(r * 8 + c);
+          acc = k == 0 ? (acc & v) : k == 1 ? (acc | v) : (acc ^ v);
+        }
+        return acc;
+      }), t)) << "op " << k;
+    }
+  }
+  Array minus_one = full({8}, -1.0, i32);
+  auto outs = run_kernel(
+      [](Ref, Ref slots, Ref last, Ref seen, Ref won) {
+        Value pid = pl::program_id(0);
+        pl::when(pid == 0, [&] { last[pl::all] = jnp::zeros({8}, i32) - 5; });
+        seen[pl::all] = pl::atomic_xchg(last, pl::idx(pl::all), jnp::zeros({8}, i32) + pid);
+        won[pl::all] = pl::atomic_cas(slots, pl::idx(pl::all), jnp::zeros({8}, i32) - 1, jnp::zeros({8}, i32) + pid * 10);
+      },
+      {ShapeDtype({8}, i32), ShapeDtype({8}, i32), ShapeDtype({6, 8}, i32), ShapeDtype({6, 8}, i32)},
+      {.grid = {6}, .dimension_semantics = {pl::arbitrary},
+       .out_specs = {BlockSpec(), BlockSpec(), BlockSpec({pl::None, 8}, [](Index i) { return pl::idx(i, 0); }),
+                     BlockSpec({pl::None, 8}, [](Index i) { return pl::idx(i, 0); })},
+       .input_output_aliases = {{0, 0}}, .name = "xchg_cas"},
+      {minus_one});
+  EXPECT_TRUE(matches(outs[0], ref_int({8}, i32, [](int64_t) { return 0; }), i32));   // program 0 claimed every slot
+  EXPECT_TRUE(matches(outs[1], ref_int({8}, i32, [](int64_t) { return 5; }), i32));   // the last exchange
+  EXPECT_TRUE(matches(outs[2], ref_int({6, 8}, i32, [](int64_t f) { return f / 8 == 0 ? -5 : f / 8 - 1; }), i32));
+  EXPECT_TRUE(matches(outs[3], ref_int({6, 8}, i32, [](int64_t f) { return f / 8 == 0 ? -1 : 0; }), i32));
+}
+
+TEST(GridErrors, AtomicDtypeRules) {
+  Array f = Rng().normal({8}), i = zeros({8}, i32);
+  auto message = [](auto kernel, const Array& x) {
+    return test_support::error_message([&] {
+      pallas_call(kernel, ShapeDtype({8}, x.dtype()), {.input_output_aliases = {{0, 0}}, .name = "atom", .backend = "interpret"})(x);
+    });
+  };
+  EXPECT_NE(message([](Ref, Ref o) { pl::atomic_or(o, pl::idx(pl::all), jnp::zeros({8})); }, f)
+                .find("op 'atomic_or': takes integer refs, not float32"),
+            std::string::npos);
+  EXPECT_NE(message([](Ref, Ref o) { pl::atomic_cas(o, pl::idx(pl::all), jnp::zeros({8}), jnp::zeros({8})); }, f)
+                .find("op 'atomic_cas': takes 32- and 64-bit integer refs, not float32"),
+            std::string::npos);
+  EXPECT_NE(message([](Ref, Ref o) { pl::atomic_cas(o, pl::idx(pl::all), jnp::zeros({8}), jnp::zeros({8}, i32)); }, i)
+                .find("value of dtype float32 does not match ref o0 of dtype int32"),
+            std::string::npos);
+}
+
 // input_output_aliases: the output starts as the aliased input and is updated in place; the
 // caller's input Array is not modified.
 TEST_P(GridTest, InputOutputAliases) {

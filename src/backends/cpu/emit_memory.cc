@@ -166,12 +166,17 @@ void Emitter::emit_atomic(const ir::Inst& in) {
   const std::string base = ref_pointer(static_cast<int>(in.i0));
   const ir::ValueId value = in.operands[in.index.size()];
   const std::string mask = (in.i1 & ir::kHasMask) ? name(in.operands[in.index.size() + 1]) : "";
-  const std::string op = std::string("pl_cpu::AtomicOp::") +
-                         (in.op == ir::Op::AtomicAdd ? "add" : in.op == ir::Op::AtomicMax ? "max" : "min");
+  const bool cas = in.op == ir::Op::AtomicCas;  // value is cmp; the stored value follows it
+  const std::string swap = cas ? name(in.operands[in.index.size() + 1]) : "";
+  const char* kind = in.op == ir::Op::AtomicAdd ? "add" : in.op == ir::Op::AtomicMax ? "max" : in.op == ir::Op::AtomicMin ? "min"
+                     : in.op == ir::Op::AtomicXchg ? "xchg" : in.op == ir::Op::AtomicAnd ? "bit_and"
+                     : in.op == ir::Op::AtomicOr ? "bit_or" : "bit_xor";
+  const std::string op = std::string("pl_cpu::AtomicOp::") + kind;
   if (type(r).shape.empty()) {
     const Access a = plan_access(in);
-    line("const " + ct + " " + name(r) + " = (" + a.ok() + (mask.empty() ? "" : " && " + mask) + ") ? pl_cpu::atomic_update<" +
-         op + ">(" + base + " + " + a.off() + ", " + name(value) + ") : " + ct + "(0);");
+    const std::string call = cas ? "pl_cpu::atomic_cas(" + base + " + " + a.off() + ", " + name(value) + ", " + swap + ")"
+                                 : "pl_cpu::atomic_update<" + op + ">(" + base + " + " + a.off() + ", " + name(value) + ")";
+    line("const " + ct + " " + name(r) + " = (" + a.ok() + (mask.empty() ? "" : " && " + mask) + ") ? " + call + " : " + ct + "(0);");
     return;
   }
   declare_tile(r);  // the old values, even when unused: the row helper writes them
@@ -179,6 +184,11 @@ void Emitter::emit_atomic(const ir::Inst& in) {
   const Access a = plan_access(in);
   const std::string step = std::to_string(a.steps.back()), count = std::to_string(a.counts.back());
   emit_rows(a, [&](const std::string& flat, const std::string& off, const std::string& lo, const std::string& hi) {
+    if (cas) {
+      line("pl_cpu::atomic_cas_row(" + base + ", " + off + ", " + step + ", " + count + ", " + lo + ", " + hi + ", " + name(value) +
+           " + " + flat + ", " + swap + " + " + flat + ", " + name(r) + " + " + flat + ");");
+      return;
+    }
     line("pl_cpu::atomic_row<" + op + ">(" + base + ", " + off + ", " + step + ", " + count + ", " + lo + ", " + hi + ", " +
          name(value) + " + " + flat + ", " + (mask.empty() ? "static_cast<const bool*>(nullptr)" : mask + " + " + flat) + ", " +
          name(r) + " + " + flat + ");");

@@ -36,8 +36,7 @@ Emitter::Emitter(const ir::Kernel& kernel, bool checks)
 
 bool Emitter::has_effects(const ir::Inst& in) {
   if (auto it = effects_.find(&in); it != effects_.end()) return it->second;
-  bool effects = in.op == ir::Op::Store || in.op == ir::Op::AtomicAdd || in.op == ir::Op::AtomicMax ||
-                 in.op == ir::Op::AtomicMin || in.op == ir::Op::DebugPrint;
+  bool effects = in.op == ir::Op::Store || ir::is_atomic(in.op) || in.op == ir::Op::DebugPrint;
   for (const ir::Region& r : in.regions)
     for (const ir::Inst& inner : r.body) effects = has_effects(inner) || effects;
   effects_[&in] = effects;

@@ -106,8 +106,13 @@ void Emitter::emit_memory(const ir::Inst& in) {
     line("if (" + ok + ") " + ptr + "[" + a.offset + "] = " + to_memory(t, at(value)) + ";");
   } else {
     if (l.replicated) ok = owner(l) + " && " + ok;
-    const char* fn = in.op == ir::Op::AtomicAdd ? "pl_atomic_add" : in.op == ir::Op::AtomicMax ? "pl_atomic_max" : "pl_atomic_min";
-    line(at(in.results[0]) + " = (" + ok + ") ? " + fn + "(&" + ptr + "[" + a.offset + "], " + at(value) + ") : (" +
+    const char* fn = in.op == ir::Op::AtomicAdd ? "pl_atomic_add" : in.op == ir::Op::AtomicMax ? "pl_atomic_max"
+                     : in.op == ir::Op::AtomicMin ? "pl_atomic_min" : in.op == ir::Op::AtomicXchg ? "pl_atomic_xchg"
+                     : in.op == ir::Op::AtomicAnd ? "pl_atomic_and" : in.op == ir::Op::AtomicOr ? "pl_atomic_or"
+                     : in.op == ir::Op::AtomicXor ? "pl_atomic_xor" : "pl_atomic_cas";
+    // atomic_cas: `value` is the comparand and the stored value follows it.
+    const std::string args = at(value) + (in.op == ir::Op::AtomicCas ? ", " + at(in.operands[rank + 1]) : std::string());
+    line(at(in.results[0]) + " = (" + ok + ") ? " + fn + "(&" + ptr + "[" + a.offset + "], " + args + ") : (" +
          reg_type(t) + ")0;");
   }
   close();

@@ -186,6 +186,7 @@ class Machine {
     const size_t rank = in.index.size();
     size_t next = rank;
     const Tile* value = in.op == ir::Op::Load ? nullptr : &at(in.operands[next++]);
+    const Tile* swap_in = in.op == ir::Op::AtomicCas ? &at(in.operands[next++]) : nullptr;  // cas: value is cmp
     const Tile* mask = (in.i1 & ir::kHasMask) ? &at(in.operands[next++]) : nullptr;
     const Tile* other = (in.i1 & ir::kHasOther) ? &at(in.operands[next++]) : nullptr;
     if (mask && mask->any_poison()) fail(in, "the mask is computed from poison (edge-block padding, or masked-off lanes of a load without `other`)");
@@ -236,7 +237,7 @@ class Machine {
           if (origin[a] < 0 || origin[a] >= p.array_shape[a]) padding = true;
           flat += origin[a] * m.strides[a];
         }
-        access(in, m, e, flat * isz, flat, padding, value, result, k);
+        access(in, m, e, flat * isz, flat, padding, value, swap_in, result, k);
       } else if (in.op == ir::Op::Load) {
         if (other) {
           if (result.floating()) result.f[static_cast<size_t>(e)] = other->f[static_cast<size_t>(e)];
@@ -254,7 +255,7 @@ class Machine {
   }
 
   void access(const ir::Inst& in, const Memory& m, int64_t e, int64_t byte, int64_t flat, bool padding,
-              const Tile* value, Tile& result, const std::vector<int64_t>& k) {
+              const Tile* value, const Tile* swap_in, Tile& result, const std::vector<int64_t>& k) {
     const ir::RefParam& p = *m.param;
     auto where = [&] {
       std::ostringstream os;
@@ -281,7 +282,7 @@ class Machine {
       if (in.op != ir::Op::Store) result.set_poison(e);
       return;  // writes past the array's end are dropped
     }
-    if (value->poisoned(e)) fail(in, "stores a value computed from poison (edge-block padding, or masked-off lanes of a load without `other`) into " + where());
+    if (value->poisoned(e) || (swap_in && swap_in->poisoned(e))) fail(in, "stores a value computed from poison (edge-block padding, or masked-off lanes of a load without `other`) into " + where());
     int64_t& w = (*m.writer)[static_cast<size_t>(flat)];
     const bool atomic = in.op != ir::Op::Store;
     if (!atomic && w != -1 && !same_group(w))
@@ -291,15 +292,29 @@ class Machine {
     if (atomic) {
       const bool was_written = (*m.written)[static_cast<size_t>(flat)];
       if (!was_written) fail(in, "updates " + where() + ", output memory that nothing has written");
+      const size_t i = static_cast<size_t>(e);
       if (value->floating()) {
-        const double old = load_as_double(p.dtype, m.data + byte), v = value->f[static_cast<size_t>(e)];
-        result.f[static_cast<size_t>(e)] = old;
-        double nv = in.op == ir::Op::AtomicAdd ? old + v : in.op == ir::Op::AtomicMax ? std::max(old, v) : std::min(old, v);
+        const double old = load_as_double(p.dtype, m.data + byte), v = value->f[i];
+        result.f[i] = old;
+        const double nv = in.op == ir::Op::AtomicAdd ? old + v
+                          : in.op == ir::Op::AtomicMax ? std::max(old, v)
+                          : in.op == ir::Op::AtomicMin ? std::min(old, v)
+                                                       : v;  // xchg
         store_from_double(p.dtype, m.data + byte, nv);
       } else {
-        const int64_t old = load_as_int64(p.dtype, m.data + byte), v = value->i[static_cast<size_t>(e)];
-        result.i[static_cast<size_t>(e)] = old;
-        int64_t nv = in.op == ir::Op::AtomicAdd ? old + v : in.op == ir::Op::AtomicMax ? std::max(old, v) : std::min(old, v);
+        const int64_t old = load_as_int64(p.dtype, m.data + byte), v = value->i[i];
+        result.i[i] = old;
+        int64_t nv = v;  // xchg
+        switch (in.op) {
+          case ir::Op::AtomicAdd: nv = static_cast<int64_t>(static_cast<uint64_t>(old) + static_cast<uint64_t>(v)); break;
+          case ir::Op::AtomicMax: nv = std::max(old, v); break;
+          case ir::Op::AtomicMin: nv = std::min(old, v); break;
+          case ir::Op::AtomicAnd: nv = old & v; break;
+          case ir::Op::AtomicOr: nv = old | v; break;
+          case ir::Op::AtomicXor: nv = old ^ v; break;
+          case ir::Op::AtomicCas: nv = old == v ? swap_in->i[i] : old; break;
+          default: break;
+        }
         store_from_int64(p.dtype, m.data + byte, nv);
       }
     } else if (value->floating()) {
