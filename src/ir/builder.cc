@@ -42,6 +42,9 @@ ValueId Builder::new_value(Type t) {
 }
 
 Inst& Builder::emit(Inst inst) {
+  if (op_family(inst.op) == Family::Memory)
+    for (const IndexEntry& e : inst.index)
+      if (e.gather) inst.i1 |= kGather;
   for (ValueId v : inst.operands) check_visible(v, op_name(inst.op));
   open_.back().region.body.push_back(std::move(inst));
   return open_.back().region.body.back();
@@ -287,8 +290,20 @@ Type Builder::ref_access_type(const std::string& op, int ref, const std::vector<
     fail(op, "ref " + p.name + " of shape " + shape_str(p.ref_shape) + " is indexed with " +
                  std::to_string(index.size()) + " indices");
   Shape out;
+  bool gathers = false;
   for (size_t d = 0; d < index.size(); ++d) {
     const Type& st = type(starts[d]);
+    if (index[d].gather) {
+      if (st.shape.empty() || !is_integer(st.dtype))
+        fail(op, "index " + std::to_string(d) + " of ref " + p.name + " gathers with an integer tile, got " + type_str(st));
+      if (gathers && st.shape != out)
+        fail(op, "the index tiles of ref " + p.name + " have shapes " + shape_str(out) + " and " + shape_str(st.shape));
+      if (!gathers && !out.empty()) fail(op, "ref " + p.name + " is indexed with both slices and integer tiles");
+      gathers = true;
+      out = st.shape;
+      continue;
+    }
+    if (gathers && !index[d].scalar) fail(op, "ref " + p.name + " is indexed with both slices and integer tiles");
     if (!st.shape.empty() || !is_integer(st.dtype))
       fail(op, "index " + std::to_string(d) + " of ref " + p.name + " must be an integer scalar, got " + type_str(st));
     if (!index[d].scalar) {

@@ -70,7 +70,9 @@ class Printer {
     os_ << p.name << "[";
     for (size_t d = 0; d < in.index.size(); ++d) {
       os_ << (d ? ", " : "") << v(in.operands[d]);
-      if (!in.index[d].scalar) {
+      if (in.index[d].gather) {
+        os_ << ":gather";
+      } else if (!in.index[d].scalar) {
         os_ << ":+" << in.index[d].size;
         if (in.index[d].stride != 1) os_ << ":" << in.index[d].stride;
       }

@@ -45,15 +45,21 @@ std::string type_str(const Type& t);  // "f32[128,64]", "i32[]"
 
 // One dimension of a ref access: a scalar index (drops the dimension) or a strided slice.
 // The start is an operand (int32 scalar) of the instruction.
+// One dimension of a memory op's index: a scalar index, a slice (size elements `stride` apart
+// from the start operand), or a gather: the operand is an integer tile with the access's shape,
+// each lane naming its own index (size and stride unused). In an access with gathers, every
+// non-scalar dimension is a gather and the access has the tiles' shape.
 struct IndexEntry {
   bool scalar = false;
   int64_t size = 1;
   int64_t stride = 1;
+  bool gather = false;
   bool operator==(const IndexEntry&) const = default;
 };
 
 inline constexpr int64_t kHasMask = 1;
 inline constexpr int64_t kHasOther = 2;
+inline constexpr int64_t kGather = 4;  // some index entry is a gather (set by the Builder)
 
 struct Region;
 

@@ -28,6 +28,7 @@ struct Dim {
   bool scalar = false;
   Value start;
   int64_t size = 1, stride = 1;
+  bool gather = false;  // start is an integer tile: each lane's own index
 };
 
 std::vector<Dim> expand(const Ref& ref, const Indexer& index, const char* op) {
@@ -61,10 +62,10 @@ std::vector<Dim> expand(const Ref& ref, const Indexer& index, const char* op) {
                                  " of ref " + name + " with shape " + shape_str(shape));
       dims.push_back({true, Value(i), 1, 1});
     } else if (const Value* v = std::get_if<Value>(&a.v)) {
-      if (!v->shape().empty() || !is_integer(v->dtype()))
-        builder(op).fail(op, "index " + std::to_string(d) + " of ref " + name + " must be an integer scalar, got " +
+      if (!is_integer(v->dtype()))
+        builder(op).fail(op, "index " + std::to_string(d) + " of ref " + name + " must be an integer scalar or tile, got " +
                                  dtype_name(v->dtype()) + shape_str(v->shape()));
-      dims.push_back({true, *v, 1, 1});
+      dims.push_back({v->shape().empty(), *v, 1, 1, !v->shape().empty()});
     } else if (const Slice* s = std::get_if<Slice>(&a.v)) {
       const int64_t n = shape[d];
       if (s->step < 1) builder(op).fail(op, "slice step must be positive, got " + std::to_string(s->step));
@@ -98,16 +99,33 @@ Access resolve(const Ref& ref, const Indexer& index, const char* op) {
       }
       const Dim& d = dims[u++];
       Value start = (d.start.is_literal() && d.start.literal_value() == 0) ? v.start : v.start + d.start * v.stride;
-      composed.push_back({d.scalar, start, d.scalar ? 1 : d.size, d.stride * v.stride});
+      composed.push_back({d.scalar, start, d.scalar ? 1 : d.size, d.stride * v.stride, d.gather});
     }
     dims = std::move(composed);
   }
+  // Gathers: the index tiles broadcast together; the access has their shape (no slices beside).
+  std::optional<Shape> gather_shape;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (!dims[i].gather) continue;
+    gather_shape = gather_shape ? trace::broadcast_shapes(*gather_shape, dims[i].start.shape(), op) : dims[i].start.shape();
+  }
   Access acc;
-  for (const Dim& d : dims) {
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const Dim& d = dims[i];
+    if (gather_shape && !d.scalar && !d.gather)
+      builder(op).fail(op, "dimension " + std::to_string(i) + " of ref " + param_of(ref, op).name +
+                               " is a slice beside integer-tile indices; index every non-scalar dimension with a tile "
+                               "(broadcast iotas select a rectangle)");
+    if (d.gather) {
+      acc.entries.push_back({false, 1, 1, true});
+      acc.starts.push_back(as_value(d.start, d.start.dtype(), *gather_shape, op));
+      continue;
+    }
     acc.entries.push_back({d.scalar, d.scalar ? 1 : d.size, d.stride});
     acc.starts.push_back(as_value(d.start, d.start.is_literal() ? DType::int32 : d.start.dtype(), {}, op));
     if (!d.scalar) acc.shape.push_back(d.size);
   }
+  if (gather_shape) acc.shape = *gather_shape;
   return acc;
 }
 
@@ -149,6 +167,8 @@ RefProxy Ref::operator[](const Indexer& i) const { return RefProxy(*this, i); }
 
 Ref make_view(const Ref& ref, const Indexer& index) {
   std::vector<Dim> dims = expand(ref, index, "at");
+  for (const Dim& d : dims)
+    if (d.gather) builder("at").fail("at", "a view of a ref takes scalars and slices, not an integer tile");
   Ref out = ref;
   // Compose with the existing view exactly as an access would.
   std::vector<Ref::ViewDim> view;

@@ -226,6 +226,23 @@ TEST(CudaMemory, ExchangeBitwiseAndCompareAndSwapAtomics) {
   }
 }
 
+// Gathers, a scatter and tile-indexed atomics (each lane its own address).
+TEST(CudaMemory, GatherScatterAndTileAtomics) {
+  PL_REQUIRE_NVRTC();
+  Array x = normal(31, {256}), idx = uniform(32, {128}, i32, 0, 256), bins = uniform(33, {128}, i32, 0, 16);
+  Array counts = uniform(34, {16}, i32, 0, 100);  // the histogram starts from these
+  check_kernel(
+      [](pl::Ref x_ref, pl::Ref idx_ref, pl::Ref bins_ref, pl::Ref, pl::Ref g, pl::Ref s, pl::Ref h) {
+        pl::Value i = idx_ref[pl::all];
+        g[pl::all] = x_ref[i];
+        pl::Value k = jnp::arange(128);
+        pl::store(s, pl::idx(127 - k), pl::load(x_ref, pl::idx(k * 2)));
+        pl::atomic_add(h, pl::idx(pl::Value(bins_ref[pl::all])), jnp::ones({128}, i32));
+      },
+      {ShapeDtype({128}, f32), ShapeDtype({128}, f32), ShapeDtype({16}, i32)},
+      {.input_output_aliases = {{3, 2}}, .name = "gathers"}, {x, idx, bins, counts});
+}
+
 // A sequential (arbitrary) reduction axis: a loop inside each thread block, the output block read
 // back and accumulated at every step; tensor-core dots at 64 x 64 blocks.
 TEST(CudaMemory, SequentialAxisAccumulatesTheOutputBlock) {

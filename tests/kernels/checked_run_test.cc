@@ -88,6 +88,19 @@ TEST_P(CheckedRunTest, BlockOutsideTheArray) {
            "outside the array of shape (16,)");
 }
 
+// A gather whose one lane (12) points past the block; a masked-off wild lane is not a fault.
+TEST_P(CheckedRunTest, GatherLanePastTheBlock) {
+  Array x = Rng().normal({16});
+  Faults(backend_name()).expect_same(
+      [](Ref x_ref, Ref o_ref) {
+        Value k = jnp::arange(16);
+        Value idx = jnp::where(k == 12, k + 9, 15 - k);
+        o_ref[pl::all] = pl::load(x_ref, pl::idx(jnp::where(k == 3, k + 100, idx)), k != 3, 0.0f);
+      },
+      ShapeDtype({16}, f32), {.name = "oob_gather"}, {x},
+      "program (), op 'load': index 21 is out of bounds for dimension 0 of ref x0 with shape (16,)");
+}
+
 // Masked-off lanes may lie outside the ref (the usual tail handling); an active one may not.
 TEST_P(CheckedRunTest, MasksDecide) {
   Array x = Rng().normal({10});

@@ -43,7 +43,7 @@ void Emitter::plan_dot(const ir::Inst& dot, const ir::Region& region) {
   if (parent_.at(user) != &region) return;  // computing it elsewhere could change how often it runs
   if (user->op == ir::Op::Store) {
     const bool value_is_dot = user->operands[user->index.size()] == r;
-    if (value_is_dot && !(user->i1 & ir::kHasMask) && kernel_.refs[static_cast<size_t>(user->i0)].dtype == DType::float32) {
+    if (value_is_dot && !(user->i1 & (ir::kHasMask | ir::kGather)) && kernel_.refs[static_cast<size_t>(user->i0)].dtype == DType::float32) {
       kinds_[static_cast<size_t>(r)] = ValueKind::DeferredDot;
       deferred_dot_[user] = &dot;
     }

@@ -17,6 +17,18 @@ struct Emitter::Access {
   std::string ok() const { return prefix + "_ok"; }
 };
 
+namespace {
+
+// The pl_cpu::AtomicOp of a read-modify-write op (all but atomic_cas, which has its own helper).
+std::string atomic_op_name(ir::Op op) {
+  const char* kind = op == ir::Op::AtomicAdd ? "add" : op == ir::Op::AtomicMax ? "max" : op == ir::Op::AtomicMin ? "min"
+                     : op == ir::Op::AtomicXchg ? "xchg" : op == ir::Op::AtomicAnd ? "bit_and"
+                     : op == ir::Op::AtomicOr ? "bit_or" : "bit_xor";
+  return std::string("pl_cpu::AtomicOp::") + kind;
+}
+
+}  // namespace
+
 Emitter::Access Emitter::plan_access(const ir::Inst& in) {
   const ir::RefParam& p = kernel_.refs[static_cast<size_t>(in.i0)];
   const std::vector<int64_t> strides = row_major_strides(p.array_shape);
@@ -168,10 +180,7 @@ void Emitter::emit_atomic(const ir::Inst& in) {
   const std::string mask = (in.i1 & ir::kHasMask) ? name(in.operands[in.index.size() + 1]) : "";
   const bool cas = in.op == ir::Op::AtomicCas;  // value is cmp; the stored value follows it
   const std::string swap = cas ? name(in.operands[in.index.size() + 1]) : "";
-  const char* kind = in.op == ir::Op::AtomicAdd ? "add" : in.op == ir::Op::AtomicMax ? "max" : in.op == ir::Op::AtomicMin ? "min"
-                     : in.op == ir::Op::AtomicXchg ? "xchg" : in.op == ir::Op::AtomicAnd ? "bit_and"
-                     : in.op == ir::Op::AtomicOr ? "bit_or" : "bit_xor";
-  const std::string op = std::string("pl_cpu::AtomicOp::") + kind;
+  const std::string op = atomic_op_name(in.op);
   if (type(r).shape.empty()) {
     const Access a = plan_access(in);
     const std::string call = cas ? "pl_cpu::atomic_cas(" + base + " + " + a.off() + ", " + name(value) + ", " + swap + ")"
@@ -193,6 +202,64 @@ void Emitter::emit_atomic(const ir::Inst& in) {
          name(value) + " + " + flat + ", " + (mask.empty() ? "static_cast<const bool*>(nullptr)" : mask + " + " + flat) + ", " +
          name(r) + " + " + flat + ");");
   });
+  close();
+}
+
+void Emitter::emit_gather(const ir::Inst& in) {
+  const ir::RefParam& p = kernel_.refs[static_cast<size_t>(in.i0)];
+  const std::vector<int64_t> strides = row_major_strides(p.array_shape);
+  const size_t rank = in.index.size();
+  size_t next = rank;
+  const bool load = in.op == ir::Op::Load, store = in.op == ir::Op::Store;
+  const std::string value = load ? "" : name(in.operands[next++]);
+  const std::string swap = in.op == ir::Op::AtomicCas ? name(in.operands[next++]) : "";
+  const std::string mask = (in.i1 & ir::kHasMask) ? name(in.operands[next++]) : "";
+  const std::string other = (in.i1 & ir::kHasOther) ? name(in.operands[next++]) : "";
+  const ir::Type& t = store ? type(in.operands[rank]) : type(in.results[0]);
+  const std::string ct = compute_type(t.dtype), base = ref_pointer(static_cast<int>(in.i0));
+  if (!store) declare_tile(in.results[0]);
+  const std::string site = std::to_string(sites_.size());
+  if (checks_) sites_.push_back({in.op, static_cast<int>(in.i0)});
+  open("");
+  if (checks_)
+    for (size_t a = 0; a < p.array_shape.size(); ++a) {
+      const std::string o = "static_cast<int64_t>(" + name(p.origin[a]) + ")";
+      line("if (" + o + " >= " + std::to_string(p.array_shape[a]) + " || " + o + " + " + std::to_string(p.block_shape[a]) +
+           " <= 0) { launch.fail(launch.host, " + site + ", 1, " + std::to_string(a) + ", " + o + ", program); return; }");
+    }
+  open("for (int64_t e = 0; e < " + std::to_string(numel(t.shape)) + "; ++e)");
+  line("const bool active = " + (mask.empty() ? std::string("true") : mask + "[e]") + ";");
+  std::string offset = "0", inside = "true";
+  size_t d = 0;
+  for (size_t a = 0; a < p.array_shape.size(); ++a) {
+    const std::string origin = "static_cast<int64_t>(" + name(p.origin[a]) + ")";
+    std::string global = origin;
+    if (!p.squeezed[a]) {
+      const std::string local = "l" + std::to_string(d);
+      line("const int64_t " + local + " = static_cast<int64_t>(" + name(in.operands[d]) + (in.index[d].gather ? "[e]" : "") + ");");
+      if (checks_)
+        line("if (active && (" + local + " < 0 || " + local + " >= " + std::to_string(p.ref_shape[d]) + ")) { launch.fail(launch.host, " +
+             site + ", 0, " + std::to_string(d) + ", " + local + ", program); return; }");
+      global = "(" + origin + " + " + local + ")";
+      ++d;
+    }
+    inside += " && " + global + " >= 0 && " + global + " < " + std::to_string(p.array_shape[a]);
+    offset += " + " + global + " * " + std::to_string(strides[a]);
+  }
+  line("const bool hit = active && " + inside + ";");  // outside the array: padding, as for slices
+  line("const int64_t off = " + offset + ";");
+  if (load) {
+    line(name(in.results[0]) + "[e] = hit ? " + ct + "(pl_cpu::to_compute(" + base + "[off])) : " +
+         (other.empty() ? ct + "(0)" : other + "[e]") + ";");
+  } else if (store) {
+    line("if (hit) " + base + "[off] = pl_cpu::to_storage<" + storage_type(p.dtype) + ">(" + value + "[e]);");
+  } else {
+    const std::string call = in.op == ir::Op::AtomicCas
+                                 ? "pl_cpu::atomic_cas(" + base + " + off, " + value + "[e], " + swap + "[e])"
+                                 : "pl_cpu::atomic_update<" + atomic_op_name(in.op) + ">(" + base + " + off, " + value + "[e])";
+    line(name(in.results[0]) + "[e] = hit ? " + call + " : " + ct + "(0);");
+  }
+  close();
   close();
 }
 

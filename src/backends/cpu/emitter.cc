@@ -215,6 +215,10 @@ void Emitter::emit_inst(const ir::Inst& in) {
       if (kind(in.results[0]) != ValueKind::DeferredDot) emit_dot(in);
       return;
     case ir::Family::Memory:
+      if (in.i1 & ir::kGather) {
+        emit_gather(in);
+        return;
+      }
       if (checks_) emit_access_check(in);
       if (in.op == ir::Op::Load) {
         if (kind(in.results[0]) == ValueKind::MatrixView) emit_matrix_view(in);

@@ -112,6 +112,8 @@ class Emitter {
   void emit_matrix_view(const ir::Inst& in);
   void emit_store(const ir::Inst& in);
   void emit_atomic(const ir::Inst& in);
+  // Loads, stores and atomics indexed by integer tiles: one lane at a time.
+  void emit_gather(const ir::Inst& in);
   // Checked runs: report the access's first element outside its ref (or its block outside the
   // array) to the host and end the program.
   void emit_access_check(const ir::Inst& in);

@@ -50,8 +50,8 @@ static Address address_of(const Emitter& e, const ir::Inst& in, const std::funct
       continue;
     }
     const ir::IndexEntry& ix = in.index[ref_dim];
-    std::string local = e.name(in.operands[ref_dim]) + "[0]";
-    if (!ix.scalar) {
+    std::string local = ix.gather ? e.at(in.operands[ref_dim]) : e.name(in.operands[ref_dim]) + "[0]";  // a gather: this slot's own index
+    if (!ix.scalar && !ix.gather) {
       std::string c = coord(value_dim++);
       if (ix.stride != 1) c = "(" + c + ") * " + std::to_string(ix.stride);
       local = local + " + " + c;
@@ -331,7 +331,7 @@ void Emitter::emit_access_check(const ir::Inst& in) {
   access_sites_.push_back({in.op, static_cast<int>(in.i0)});
   const size_t rank = in.index.size();
   std::string mask = "(const bool*)0";
-  if (in.i1 & ir::kHasMask) {
+  if ((in.i1 & ir::kHasMask) && !(in.i1 & ir::kGather)) {
     const ir::ValueId m = in.operands[rank + (in.op == ir::Op::Load ? 0 : 1)];
     barrier();
     mask = "(const bool*)" + stage_value(m);
@@ -345,6 +345,21 @@ void Emitter::emit_access_check(const ir::Inst& in) {
     line("if (" + o + " >= " + std::to_string(p.array_shape[a]) + "ll || " + o + " + " + std::to_string(p.block_shape[a]) +
          "ll <= 0) " + fail + "1, " + std::to_string(a) + ", " + o + ", pl_linear);");
   }
+  if (in.i1 & ir::kGather) {  // each slot checks its own element (every thread, not only thread 0)
+    close();
+    const ir::ValueId shaped = in.op == ir::Op::Store ? in.operands[rank] : in.results[0];
+    const Layout& l = layout_of(shaped);
+    open_slots(l);
+    if (const std::string v = valid(l); !v.empty()) line("if (!(" + v + ")) continue;");
+    if (in.i1 & ir::kHasMask) line("if (!" + at(in.operands[rank + (in.op == ir::Op::Load ? 0 : 1)]) + ") continue;");
+    for (size_t d = 0; d < rank; ++d) {
+      const std::string local = in.index[d].gather ? "(long long)" + at(in.operands[d]) : "(long long)" + name(in.operands[d]) + "[0]";
+      line("if (" + local + " < 0 || " + local + " >= " + std::to_string(p.ref_shape[d]) + "ll) " + fail + "0, " +
+           std::to_string(d) + ", " + local + ", pl_linear);");
+    }
+    close();
+    return;
+  }
   if (rank > 0) {
     const backend::SelectionLists l =
         backend::selection_lists(in, p, [this](ir::ValueId v) { return "(long long)" + name(v) + "[0]"; }, "ll");
@@ -356,7 +371,7 @@ void Emitter::emit_access_check(const ir::Inst& in) {
          ", &chk_dim, &chk_index)) " + fail + "0, chk_dim, chk_index, pl_linear);");
   }
   close();
-  if (in.i1 & ir::kHasMask) barrier();  // the staged mask is read before the space is reused
+  if ((in.i1 & ir::kHasMask) && !(in.i1 & ir::kGather)) barrier();  // the staged mask is read before the space is reused
 }
 
 }  // namespace palladium::cuda

@@ -359,7 +359,7 @@ void Emitter::plan() {
     const ir::Type& t = type(v);
     if (!is_16bit_float(t.dtype)) continue;
     const ir::Inst* d = def(v);
-    const bool plain_load = d && d->op == ir::Op::Load && !(d->i1 & ir::kHasMask) && all_uses_are_dots(v);
+    const bool plain_load = d && d->op == ir::Op::Load && !(d->i1 & (ir::kHasMask | ir::kGather)) && all_uses_are_dots(v);
     bool invariant = false;
     for (const ir::Inst* u : ds) invariant = invariant || loop_depth_of(v) < loop_depth_of(u->results[0]);
     if (plain_load || invariant) homes.emplace_back(v, plain_load);

@@ -191,8 +191,15 @@ class Machine {
     const Tile* other = (in.i1 & ir::kHasOther) ? &at(in.operands[next++]) : nullptr;
     if (mask && mask->any_poison()) fail(in, "the mask is computed from poison (edge-block padding, or masked-off lanes of a load without `other`)");
 
+    // A gather access walks its index tiles' shape; a slice access walks the selection.
+    const bool gather = (in.i1 & ir::kGather) != 0;
     std::vector<int64_t> start(rank), size(rank), stride(rank), origin(p.array_shape.size());
+    std::vector<const Tile*> index_tile(rank, nullptr);
     for (size_t d = 0; d < rank; ++d) {
+      if (in.index[d].gather) {
+        index_tile[d] = &at(in.operands[d]);
+        continue;
+      }
       start[d] = scalar(in, in.operands[d], "an index");
       size[d] = in.index[d].scalar ? 1 : in.index[d].size;
       stride[d] = in.index[d].stride;
@@ -210,9 +217,10 @@ class Machine {
 
     const ir::Type& slot = in.op == ir::Op::Store ? k_.type(in.operands[rank]) : k_.type(in.results[0]);
     Tile result = Tile::make(p.dtype, slot.shape);
-    const int64_t n = numel(size);
+    const Shape walk = gather ? slot.shape : size;
+    const int64_t n = numel(walk);
     const int64_t isz = itemsize(p.dtype);
-    std::vector<int64_t> k(rank, 0);
+    std::vector<int64_t> k(walk.size(), 0);
     for (int64_t e = 0; e < n; ++e) {
       const bool active = !mask || mask->i[static_cast<size_t>(e)] != 0;
       if (active) {
@@ -220,7 +228,11 @@ class Machine {
         bool padding = false;
         int64_t flat = 0;
         for (size_t d = 0; d < rank; ++d) {
-          const int64_t local = start[d] + k[d] * stride[d];
+          if (index_tile[d] && index_tile[d]->poisoned(e))
+            fail(in, "an index is computed from poison (edge-block padding, or masked-off lanes of a load without `other`)");
+          const int64_t local = index_tile[d] ? index_tile[d]->i[static_cast<size_t>(e)]
+                                : gather   ? start[d]
+                                           : start[d] + k[d] * stride[d];
           if (local < 0 || local >= p.ref_shape[d]) {
             std::ostringstream os;
             os << "index " << local << " is out of bounds for dimension " << d << " of ref " << p.name << " with shape "
@@ -247,8 +259,8 @@ class Machine {
           result.set_poison(e);  // a masked-off lane without `other` is undefined
         }
       }
-      for (size_t d = rank; d-- > 0;)
-        if (++k[d] < size[d]) break;
+      for (size_t d = walk.size(); d-- > 0;)
+        if (++k[d] < walk[d]) break;
         else k[d] = 0;
     }
     if (in.op != ir::Op::Store) at(in.results[0]) = std::move(result);
