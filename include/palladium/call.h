@@ -38,6 +38,10 @@ inline constexpr DimensionSemantics arbitrary = DimensionSemantics::arbitrary;
 struct CallOptions {
   Shape grid;                                       // empty: one program
   std::vector<DimensionSemantics> dimension_semantics;  // one per grid axis; empty: all parallel
+  // Pallas's PrefetchScalarGridSpec: the first num_scalar_prefetch inputs are whole integer arrays
+  // that every index_map receives as Refs after the grid indices (index_map(i, j, lengths_ref))
+  // and the kernel receives first; in_specs then covers the other inputs only.
+  int num_scalar_prefetch = 0;
   std::vector<BlockSpec> in_specs;                  // empty: whole arrays
   std::vector<BlockSpec> out_specs;
   std::vector<std::pair<int, int>> input_output_aliases;  // (input index, output index)

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "palladium/ref.h"
 #include "palladium/value.h"
 
 namespace palladium {
@@ -48,6 +49,21 @@ template <class F, size_t N> constexpr bool invocable_with_n() {
     return std::is_invocable_v<const F&, decltype((void)I, Value{})...>;
   }(std::make_index_sequence<N>{});
 }
+// Scalar prefetch: an index_map may also take the prefetched operands' Refs after the grid
+// indices, as Pallas passes them (index_map(*grid_indices, *scalar_refs)).
+inline constexpr size_t kMaxPrefetch = 4;
+template <class F, size_t N, size_t K> constexpr bool invocable_with_refs() {
+  return []<size_t... I, size_t... J>(std::index_sequence<I...>, std::index_sequence<J...>) {
+    return std::is_invocable_v<const F&, decltype((void)I, Value{})..., decltype((void)J, Ref{})...>;
+  }(std::make_index_sequence<N>{}, std::make_index_sequence<K>{});
+}
+// The scalar-prefetch Refs of the call being traced (empty outside one; set by pallas_call).
+std::span<const Ref> scalar_prefetch_refs();
+template <class F, size_t... I, size_t... J>
+Indexer call_index_map_refs(const F& f, std::span<const Value> g, std::span<const Ref> r, std::index_sequence<I...>,
+                            std::index_sequence<J...>) {
+  return to_indexer(f(g[I]..., r[J]...));
+}
 }  // namespace detail
 
 class BlockSpec {
@@ -58,10 +74,19 @@ class BlockSpec {
   explicit BlockSpec(std::vector<BlockDim> block_shape) : shape_(std::move(block_shape)), has_shape_(true) {}
   template <class F>
   BlockSpec(std::vector<BlockDim> block_shape, F index_map) : shape_(std::move(block_shape)), has_shape_(true) {
-    arity_mask_ = arity_mask<F>(std::make_index_sequence<detail::kMaxGridRank + 1>{});
-    map_ = [f = std::move(index_map)](std::span<const Value> g) -> Indexer {
-      return dispatch(f, g, std::make_index_sequence<detail::kMaxGridRank + 1>{});
-    };
+    constexpr int k = prefetch_count<F>();
+    prefetch_refs_ = k;
+    if constexpr (k == 0) {
+      arity_mask_ = arity_mask<F>(std::make_index_sequence<detail::kMaxGridRank + 1>{});
+      map_ = [f = std::move(index_map)](std::span<const Value> g) -> Indexer {
+        return dispatch(f, g, std::make_index_sequence<detail::kMaxGridRank + 1>{});
+      };
+    } else {  // it takes the scalar-prefetch Refs after the grid indices
+      arity_mask_ = ref_arity_mask<F, k>(std::make_index_sequence<detail::kMaxGridRank + 1>{});
+      map_ = [f = std::move(index_map)](std::span<const Value> g) -> Indexer {
+        return dispatch_refs<F, k>(f, g, detail::scalar_prefetch_refs(), std::make_index_sequence<detail::kMaxGridRank + 1>{});
+      };
+    }
   }
 
   bool whole_array() const { return !has_shape_; }
@@ -69,6 +94,8 @@ class BlockSpec {
   const std::vector<BlockDim>& block_shape() const { return shape_; }
   // Which grid ranks the index_map accepts (bit n: n indices).
   uint32_t arity_mask() const { return arity_mask_; }
+  // How many scalar-prefetch Refs the index_map takes after the grid indices (0: none).
+  int prefetch_refs() const { return prefetch_refs_; }
   const MapFn& index_map() const { return map_; }
 
   // Internal: build a spec from parts (used by vmap to compose index maps).
@@ -80,8 +107,37 @@ class BlockSpec {
   }
 
  private:
-  template <class F, size_t... N> static uint32_t arity_mask(std::index_sequence<N...>) {
+  template <class F, size_t... N> static constexpr uint32_t arity_mask(std::index_sequence<N...>) {
     return ((detail::invocable_with_n<F, N>() ? (1u << N) : 0u) | ...);
+  }
+  template <class F, size_t K, size_t... N> static constexpr uint32_t ref_arity_mask(std::index_sequence<N...>) {
+    return ((detail::invocable_with_refs<F, N, K>() ? (1u << N) : 0u) | ...);
+  }
+  // 0 when the index_map takes grid indices only, else the number of Refs it takes after them.
+  template <class F> static constexpr int prefetch_count() {
+    if (arity_mask<F>(std::make_index_sequence<detail::kMaxGridRank + 1>{}) != 0) return 0;
+    int k = 0;
+    [&]<size_t... K>(std::index_sequence<K...>) {
+      ((k == 0 && ref_arity_mask<F, K + 1>(std::make_index_sequence<detail::kMaxGridRank + 1>{}) != 0 ? (void)(k = K + 1) : (void)0),
+       ...);
+    }(std::make_index_sequence<detail::kMaxPrefetch>{});
+    return k;
+  }
+  template <class F, size_t K, size_t... N>
+  static Indexer dispatch_refs(const F& f, std::span<const Value> g, std::span<const Ref> r, std::index_sequence<N...>) {
+    Indexer out;
+    bool done = false;
+    (
+        [&] {
+          if constexpr (detail::invocable_with_refs<F, N, K>()) {
+            if (!done && g.size() == N && r.size() == K) {
+              out = detail::call_index_map_refs(f, g, r, std::make_index_sequence<N>{}, std::make_index_sequence<K>{});
+              done = true;
+            }
+          }
+        }(),
+        ...);
+    return out;  // the call checks the counts before dispatch
   }
   template <class F, size_t... N> static Indexer dispatch(const F& f, std::span<const Value> g, std::index_sequence<N...>) {
     Indexer out;
@@ -103,6 +159,7 @@ class BlockSpec {
   bool has_shape_ = false;
   MapFn map_;
   uint32_t arity_mask_ = 0;
+  int prefetch_refs_ = 0;
 };
 
 }  // namespace palladium

@@ -134,6 +134,12 @@ std::shared_ptr<CallImpl::Cache::Entry> entry_for(const CallImpl& call, const In
 
 }  // namespace
 
+namespace {
+thread_local std::span<const Ref> current_prefetch_refs;
+}  // namespace
+
+std::span<const Ref> scalar_prefetch_refs() { return current_prefetch_refs; }
+
 ir::Kernel trace_kernel(const CallImpl& call, const CallDesc& d) {
   trace::Context ctx(d.name, d.grid, d.program_id_offset);
   ir::Kernel& kernel = ctx.kernel();
@@ -143,12 +149,32 @@ ir::Kernel trace_kernel(const CallImpl& call, const CallDesc& d) {
   std::vector<Value> pids;
   for (size_t a = 0; a < d.grid.size(); ++a) pids.push_back(trace::wrap(b.program_id(static_cast<int>(a))));
   std::vector<Ref> refs;
+  std::vector<Ref> prefetch;  // the index maps of the other refs read these
+  struct Reset {
+    ~Reset() { current_prefetch_refs = {}; }
+  } reset;
   for (size_t i = 0; i < d.inputs.size(); ++i) {
     if (!d.inputs[i]) { refs.emplace_back(); continue; }
-    add_ref(kernel, b, pids, false, i, *d.inputs[i], d.in_specs[i], refs);
+    if (static_cast<int>(i) == d.num_prefetch) {
+      prefetch.assign(refs.begin(), refs.end());
+      current_prefetch_refs = prefetch;
+    }
+    const BlockSpec& spec = d.in_specs[i];
+    if (spec.prefetch_refs() != 0 && spec.prefetch_refs() != d.num_prefetch)
+      b.fail("BlockSpec", "in_specs[" + std::to_string(i - static_cast<size_t>(d.num_prefetch)) + "]: index_map takes " +
+                              std::to_string(spec.prefetch_refs()) + " scalar-prefetch Refs but num_scalar_prefetch is " +
+                              std::to_string(d.num_prefetch));
+    add_ref(kernel, b, pids, false, i, *d.inputs[i], spec, refs);
+  }
+  if (static_cast<int>(d.inputs.size()) == d.num_prefetch) {
+    prefetch.assign(refs.begin(), refs.end());
+    current_prefetch_refs = prefetch;
   }
   kernel.num_inputs = static_cast<int>(kernel.refs.size());
   for (size_t o = 0; o < d.outputs.size(); ++o) {
+    if (d.out_specs[o].prefetch_refs() != 0 && d.out_specs[o].prefetch_refs() != d.num_prefetch)
+      b.fail("BlockSpec", "out_specs[" + std::to_string(o) + "]: index_map takes " + std::to_string(d.out_specs[o].prefetch_refs()) +
+                              " scalar-prefetch Refs but num_scalar_prefetch is " + std::to_string(d.num_prefetch));
     add_ref(kernel, b, pids, true, o, d.outputs[o], d.out_specs[o], refs);
     if (o >= d.num_results()) kernel.refs.back().name = "s" + std::to_string(o - d.num_results());  // scratch
   }

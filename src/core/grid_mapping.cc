@@ -69,13 +69,22 @@ CallDesc describe_base(const CallImpl& c, const InputTypes& inputs) {
   d.sequential.assign(d.grid.size(), 0);
   for (size_t a = 0; a < o.dimension_semantics.size(); ++a)
     d.sequential[a] = o.dimension_semantics[a] == DimensionSemantics::arbitrary ? 1 : 0;
-  PL_CHECK(o.in_specs.empty() || o.in_specs.size() == inputs.size(), where, "in_specs has ", o.in_specs.size(),
-           " entries but the call got ", inputs.size(), " inputs");
+  d.num_prefetch = o.num_scalar_prefetch;
+  PL_CHECK(d.num_prefetch >= 0 && d.num_prefetch <= static_cast<int>(inputs.size()), where, "num_scalar_prefetch is ",
+           d.num_prefetch, " but the call got ", inputs.size(), " inputs");
+  for (int i = 0; i < d.num_prefetch; ++i)
+    PL_CHECK(inputs[static_cast<size_t>(i)] && is_integer(inputs[static_cast<size_t>(i)]->dtype), where, "scalar-prefetch input ",
+             i, " must be an integer array, got ",
+             inputs[static_cast<size_t>(i)] ? std::string(dtype_name(inputs[static_cast<size_t>(i)]->dtype)) : std::string("None"));
+  const size_t blocked = inputs.size() - static_cast<size_t>(d.num_prefetch);  // the inputs in_specs describes
+  PL_CHECK(o.in_specs.empty() || o.in_specs.size() == blocked, where, "in_specs has ", o.in_specs.size(),
+           " entries but the call got ", blocked, " inputs", d.num_prefetch ? " besides its scalar-prefetch ones" : "");
   PL_CHECK(o.out_specs.empty() || o.out_specs.size() == d.outputs.size(), where, "out_specs has ", o.out_specs.size(),
            " entries but there are ", d.outputs.size(), " outputs");
   PL_CHECK(!d.outputs.empty(), where, "needs at least one output shape");
   for (size_t i = 0; i < inputs.size(); ++i) {
-    BlockSpec s = o.in_specs.empty() ? BlockSpec() : o.in_specs[i];
+    const size_t n = static_cast<size_t>(d.num_prefetch);
+    BlockSpec s = o.in_specs.empty() || i < n ? BlockSpec() : o.in_specs[i - n];
     d.in_specs.push_back(inputs[i] ? canonical(s, inputs[i]->shape) : s);
   }
   for (size_t i = 0; i < d.outputs.size(); ++i)
@@ -119,6 +128,8 @@ CallDesc describe_vmap(const CallImpl& c, const InputTypes& inputs) {
   PL_CHECK(batch >= 0, where, "no input is batched (every in_axes entry is None)");
 
   CallDesc inner = describe(*c.inner, inner_inputs);
+  PL_CHECK(inner.num_prefetch == 0, where, "a call with scalar prefetch cannot be batched yet (its index maps read "
+           "unbatched prefetch arrays)");
   for (auto [in, out] : inner.aliases)
     PL_CHECK(axes[static_cast<size_t>(in)] == 0, where, "input ", in, " is aliased to output ", out,
              ", so it must be batched along axis 0 (outputs are), but its in_axes entry is ",

@@ -48,6 +48,7 @@ struct CallDesc {
   size_t num_results() const { return outputs.size() - num_scratch; }
   std::vector<std::pair<int, int>> aliases;
   int program_id_offset = 0;
+  int num_prefetch = 0;  // the first inputs, whole arrays that the index maps read
 };
 
 CallDesc describe(const CallImpl& call, const InputTypes& inputs);
