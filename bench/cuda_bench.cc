@@ -29,6 +29,7 @@
 #include "ops/attention.h"
 #include "ops/indrnn.h"
 #include "ops/norms.h"
+#include "ops/paged_attention.h"
 
 #ifdef PL_HAVE_CUBLASLT
 #include <cublasLt.h>
@@ -416,6 +417,51 @@ void bench_norms() {
   }
 }
 
+// Paged attention decode, bf16: batch 64, 32 query heads on 8 kv heads, head_dim 128, pages of 16
+// tokens, up to 128 pages (2048 tokens) per sequence, random lengths; the peer
+// (bench/peers/paged_attention_torch.py) gathers the pages and calls SDPA on the same shapes.
+// Rate: the bytes of the keys and values the sequences really hold.
+void bench_paged() {
+  const int64_t batch = 64, heads = 32, kv_heads = 8, hd = 128, page = 16, per_seq = 128, pool = batch * per_seq;
+  auto keys = pl::random::split(pl::random::key(41), 5);
+  pl::Array lengths = pl::random::uniform(keys[0], {batch}, pl::i32, 1, per_seq * page + 1);
+  // Each sequence's pages are a random slice of a shuffled pool (no page shared).
+  pl::Array perm = pl::random::uniform(keys[1], {pool}, pl::f64, 0, 1);
+  std::vector<std::pair<double, int64_t>> order;
+  for (int64_t i = 0; i < pool; ++i) order.emplace_back(perm.get(i), i);
+  std::sort(order.begin(), order.end());
+  pl::Array table({batch, per_seq}, pl::i32);
+  for (int64_t i = 0; i < pool; ++i) table.set(i, static_cast<double>(order[static_cast<size_t>(i)].second));
+  pl::Array q = pl::random::normal(keys[2], {batch, heads, hd}, pl::bf16);
+  pl::Array k = pl::random::normal(keys[3], {kv_heads, pool, page, hd}, pl::bf16);
+  pl::Array v = pl::random::normal(keys[4], {kv_heads, pool, page, hd}, pl::bf16);
+  double tokens = 0;
+  for (int64_t b = 0; b < batch; ++b) tokens += static_cast<double>(lengths.get_int(b));
+  const double bytes = tokens * static_cast<double>(kv_heads * hd * 2 * 2);
+  pl::Array dq = pl::to_device(q, gpu()), dk = pl::to_device(k, gpu()), dv = pl::to_device(v, gpu());
+  pl::Array dl = pl::to_device(lengths, gpu()), dt = pl::to_device(table, gpu());
+  pl::ops::PagedAttentionOptions o{.backend = "cuda"};
+  pl::Array out = pl::ops::paged_attention(dq, dk, dv, dl, dt, o);
+  {
+    // Four sequences against the float64 reference (the whole batch would take minutes on the host).
+    const int64_t n = 4;
+    pl::Array q4({n, heads, hd}, pl::f64), l4({n}, pl::i32), t4({n, per_seq}, pl::i32);
+    for (int64_t i = 0; i < n * heads * hd; ++i) q4.set(i, q.get(i));
+    for (int64_t i = 0; i < n; ++i) l4.set(i, lengths.get(i));
+    for (int64_t i = 0; i < n * per_seq; ++i) t4.set(i, table.get(i));
+    pl::Array want = pl::ops::paged_attention_reference(q4, k.astype(pl::f64), v.astype(pl::f64), l4, t4);
+    pl::Array got = pl::to_host(out).astype(pl::f64);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < 4 * heads * hd; ++i) {
+      num += std::pow(got.get(i) - want.get(i), 2);
+      den += want.get(i) * want.get(i);
+    }
+    check("paged attention vs float64 (4 sequences)", std::sqrt(num / den), 1e-2);
+  }
+  const double ms = kernel_ms([&] { out = pl::ops::paged_attention(dq, dk, dv, dl, dt, o); }, 2, 10);
+  report("paged attention decode", "bf16 b64 h32/8 d128 p16 x128", "palladium", ms, gbps(bytes, ms));
+}
+
 // Compile time of the attention kernel: the first call in this process (device already
 // initialised). With an empty cache directory that is trace + codegen + NVRTC + module load
 // ("compile"); run again as a second process on the same directory ("compile-disk") it is
@@ -567,6 +613,7 @@ int main(int argc, char** argv) {
       else if (p == "indrnn") bench_indrnn();
       else if (p == "norms") bench_norms();
       else if (p == "checks") bench_checks();
+      else if (p == "paged") bench_paged();
       else if (p == "launch") bench_launch();
     } catch (const std::exception& e) {
       fail(p + ": " + e.what());

@@ -27,7 +27,10 @@ inline std::string call_key(const std::string& params, const CallOptions& c, con
   std::ostringstream s;
   s << c.name << "(" << params << ") grid " << shape_str(c.grid) << " backend " << c.backend << (c.interpret ? "+i" : "")
     << (c.debug ? "+debug" : "") << " warps " << c.compiler_params.num_warps << " stages " << c.compiler_params.num_stages
-    << (c.compiler_params.allow_tf32 ? " tf32" : "") << (c.compiler_params.fast_math ? " fast" : "");
+    << (c.compiler_params.allow_tf32 ? " tf32" : "") << (c.compiler_params.fast_math ? " fast" : "")
+    << (c.compiler_params.checks ? " checked" : "") << " prefetch " << c.num_scalar_prefetch;
+  for (DimensionSemantics d : c.dimension_semantics) s << (d == DimensionSemantics::arbitrary ? " arb" : " par");
+  for (const ShapeDtype& t : c.scratch_shapes) s << " scratch " << dtype_name(t.dtype) << shape_str(t.shape);
   for (const auto& [in, out] : c.input_output_aliases) s << " alias " << in << ">" << out;
   for (const ShapeDtype& o : outs) s << " -> " << dtype_name(o.dtype) << shape_str(o.shape);
   return s.str();
