@@ -6,6 +6,7 @@
 //   add f32 2^26                   vs memcpy (STREAM counting: add moves 3 arrays, copy 2)
 //   IndRNN T=1000 F=1024           vs a plain -O3 loop and vs the interpreter
 //   attention fwd f32 s1024 d64    vs a straightforward -O3 C++ attention
+//   paged attention decode f32    vs a plain -O3 loop over the page table
 //   compile latency                first call of the quickstart matmul (compile included), and a
 //                                  first call served from the disk cache
 //
@@ -26,6 +27,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "ops/attention.h"
 #include "ops/indrnn.h"
+#include "ops/paged_attention.h"
 #include "palladium/palladium.h"
 
 #ifdef PL_HAVE_OPENBLAS
@@ -47,6 +49,79 @@ template <class F> void parallel_for(int64_t n, F f) {
   std::vector<std::thread> pool;
   for (int i = 0; i < t; ++i) pool.emplace_back([&, i] { f(n * i / t, n * (i + 1) / t); });
   for (std::thread& th : pool) th.join();
+}
+
+// ---- paged attention decode: batch 8, 16 query heads on 4 kv heads, head_dim 64, pages of 16,
+// up to 32 pages (512 tokens) per sequence, float32 ----
+
+struct Paged {
+  static constexpr int64_t batch = 8, heads = 16, kv_heads = 4, hd = 64, page = 16, per_seq = 32, pool = batch * per_seq;
+  pl::Array q, k, v, lengths, table;
+  Paged() {
+    auto keys = pl::random::split(pl::random::key(51), 4);
+    q = pl::random::normal(keys[0], {batch, heads, hd});
+    k = pl::random::normal(keys[1], {kv_heads, pool, page, hd});
+    v = pl::random::normal(keys[2], {kv_heads, pool, page, hd});
+    lengths = pl::random::uniform(keys[3], {batch}, pl::i32, 1, per_seq * page + 1);
+    table = pl::Array({batch, per_seq}, pl::i32);
+    for (int64_t i = 0; i < pool; ++i) table.set(i, static_cast<double>((i * 37) % pool));  // scattered pages
+  }
+  static const Paged& get() {
+    static Paged p;
+    return p;
+  }
+};
+
+void BM_PagedAttentionPalladium(benchmark::State& state) {
+  const Paged& p = Paged::get();
+  pl::Array out = pl::ops::paged_attention(p.q, p.k, p.v, p.lengths, p.table, {.backend = "cpu"});
+  const pl::Array want = pl::ops::paged_attention_reference(p.q.astype(pl::f64), p.k.astype(pl::f64), p.v.astype(pl::f64),
+                                                             p.lengths, p.table);
+  if (pl::rel_error(out.astype(pl::f64), want) > 1e-5) state.SkipWithError("paged attention differs from float64");
+  for (auto _ : state) benchmark::DoNotOptimize(out = pl::ops::paged_attention(p.q, p.k, p.v, p.lengths, p.table, {.backend = "cpu"}));
+}
+
+// The plain loop: per (sequence, head) a two-pass softmax over the sequence's tokens, reading
+// keys and values through the page table.
+void BM_PagedAttentionPlain(benchmark::State& state) {
+  const Paged& p = Paged::get();
+  const float* q = static_cast<const float*>(p.q.data());
+  const float* k = static_cast<const float*>(p.k.data());
+  const float* v = static_cast<const float*>(p.v.data());
+  const int32_t* len = static_cast<const int32_t*>(p.lengths.data());
+  const int32_t* table = static_cast<const int32_t*>(p.table.data());
+  std::vector<float> out(static_cast<size_t>(Paged::batch * Paged::heads * Paged::hd));
+  const int t = static_cast<int>(state.range(0));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(Paged::hd));
+  auto rows = [&](int64_t lo, int64_t hi) {
+    std::vector<float> s(static_cast<size_t>(Paged::per_seq * Paged::page));
+    for (int64_t bh = lo; bh < hi; ++bh) {
+      const int64_t b = bh / Paged::heads, h = bh % Paged::heads, kh = h / (Paged::heads / Paged::kv_heads), n = len[b];
+      const float* qv = q + bh * Paged::hd;
+      float m = -INFINITY;
+      for (int64_t tok = 0; tok < n; ++tok) {
+        const float* kr = k + ((kh * Paged::pool + table[b * Paged::per_seq + tok / Paged::page]) * Paged::page + tok % Paged::page) * Paged::hd;
+        float acc = 0;
+        for (int64_t e = 0; e < Paged::hd; ++e) acc += qv[e] * kr[e];
+        s[static_cast<size_t>(tok)] = acc * scale;
+        m = std::max(m, acc * scale);
+      }
+      float l = 0;
+      for (int64_t tok = 0; tok < n; ++tok) l += (s[static_cast<size_t>(tok)] = std::exp(s[static_cast<size_t>(tok)] - m));
+      float* o = out.data() + bh * Paged::hd;
+      std::fill(o, o + Paged::hd, 0.0f);
+      for (int64_t tok = 0; tok < n; ++tok) {
+        const float* vr = v + ((kh * Paged::pool + table[b * Paged::per_seq + tok / Paged::page]) * Paged::page + tok % Paged::page) * Paged::hd;
+        const float w = s[static_cast<size_t>(tok)] / l;
+        for (int64_t e = 0; e < Paged::hd; ++e) o[e] += w * vr[e];
+      }
+    }
+  };
+  for (auto _ : state) {
+    if (t == 1) rows(0, Paged::batch * Paged::heads);
+    else parallel_for(Paged::batch * Paged::heads, rows);
+    benchmark::DoNotOptimize(out.data());
+  }
 }
 
 // ---- matmul ----
@@ -328,6 +403,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
     ratio("IndRNN vs the interpreter", "BM_IndRnnPalladium/128/1", "BM_IndRnnPalladium/128/0");
     ratio("attention fwd vs plain C++ (1 thread)", "BM_AttentionPalladium/128/128", "BM_AttentionPlain/1");
     ratio("attention fwd vs plain C++ (threads)", "BM_AttentionPalladium/128/128", "BM_AttentionPlain/2");
+    ratio("paged attention decode vs plain loop (1 thread)", "BM_PagedAttentionPalladium", "BM_PagedAttentionPlain/1");
+    ratio("paged attention decode vs plain loop (threads)", "BM_PagedAttentionPalladium", "BM_PagedAttentionPlain/2");
   }
 
  private:
@@ -348,6 +425,8 @@ BENCHMARK(BM_IndRnnPalladium)->Args({128, 0})->Unit(benchmark::kMillisecond)->Us
 BENCHMARK(BM_IndRnnPlainLoop)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_AttentionPalladium)->Args({128, 128})->Args({64, 64})->Args({128, 64})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_AttentionPlain)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_PagedAttentionPalladium)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_PagedAttentionPlain)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_QuickstartMatmulFirstCall)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(5);
 
 int main(int argc, char** argv) {

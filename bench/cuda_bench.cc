@@ -424,7 +424,9 @@ void bench_norms() {
 void bench_paged() {
   const int64_t batch = 64, heads = 32, kv_heads = 8, hd = 128, page = 16, per_seq = 128, pool = batch * per_seq;
   auto keys = pl::random::split(pl::random::key(41), 5);
-  pl::Array lengths = pl::random::uniform(keys[0], {batch}, pl::i32, 1, per_seq * page + 1);
+  // Lengths from one formula that the torch peer uses too (so both attend over the same tokens).
+  pl::Array lengths({batch}, pl::i32);
+  for (int64_t b = 0; b < batch; ++b) lengths.set(b, static_cast<double>(1 + (b * 977) % (per_seq * page)));
   // Each sequence's pages are a random slice of a shuffled pool (no page shared).
   pl::Array perm = pl::random::uniform(keys[1], {pool}, pl::f64, 0, 1);
   std::vector<std::pair<double, int64_t>> order;

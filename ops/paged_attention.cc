@@ -44,50 +44,50 @@ Array paged_attention(const Array& q, const Array& k_pages, const Array& v_pages
   const double scale = o.scale != 0 ? o.scale : 1.0 / std::sqrt(static_cast<double>(d.head_dim));
   const DType ct = q.dtype() == DType::float64 ? DType::float64 : DType::float32;
   const int64_t group = d.heads / d.kv_heads, page = d.page, hd = d.head_dim, last_step = d.per_seq - 1;
+  // One program per (sequence, kv head, page): the `group` query heads that share a kv head are
+  // one (group, head_dim) block, so each page of keys and values is read once, not once per head.
   CallOptions c;
-  c.grid = {d.batch, d.heads, d.per_seq};
+  c.grid = {d.batch, d.kv_heads, d.per_seq};
   c.dimension_semantics = {parallel, parallel, arbitrary};
   c.num_scalar_prefetch = 2;  // lengths, page_indices
   // A step past the sequence's last page keeps its last page's index, so nothing new is fetched.
-  auto kv_map = [group, page](Index b, Index h, Index p, Ref lengths_ref, Ref table_ref) {
+  auto kv_map = [page](Index b, Index h, Index p, Ref lengths_ref, Ref table_ref) {
     Value last = cdiv(Value(lengths_ref[b]), Value(page)) - 1;
-    return idx(h / group, table_ref(b, jnp::minimum(p, last)), 0, 0);
+    return idx(h, table_ref(b, jnp::minimum(p, last)), 0, 0);
   };
-  c.in_specs = {BlockSpec({None, None, hd}, [](Index b, Index h, Index, Ref, Ref) { return idx(b, h, 0); }),
-                BlockSpec({None, None, page, hd}, kv_map), BlockSpec({None, None, page, hd}, kv_map)};
-  c.out_specs = {BlockSpec({None, None, hd}, [](Index b, Index h, Index, Ref, Ref) { return idx(b, h, 0); })};
-  c.scratch_shapes = {ShapeDtype({1}, ct), ShapeDtype({1}, ct), ShapeDtype({hd}, ct)};  // max, sum, accumulator
+  auto q_map = [](Index b, Index h, Index, Ref, Ref) { return idx(b, h, 0); };  // heads h*group .. h*group+group-1
+  c.in_specs = {BlockSpec({None, group, hd}, q_map), BlockSpec({None, None, page, hd}, kv_map),
+                BlockSpec({None, None, page, hd}, kv_map)};
+  c.out_specs = {BlockSpec({None, group, hd}, q_map)};
+  c.scratch_shapes = {ShapeDtype({group, 1}, ct), ShapeDtype({group, 1}, ct), ShapeDtype({group, hd}, ct)};  // max, sum, acc
   c.name = "paged_attention";
   c.backend = o.backend;
   const std::vector<ShapeDtype> outs{ShapeDtype(q.shape(), q.dtype())};
   const std::string key = call_key(detail::cat(exact(scale), ",", group), c, outs);
   auto call = cached_call<Array>(key, [&] {
     const DType out_t = q.dtype();
-    auto kernel = [scale, ct, page, hd, last_step, out_t](Ref lengths_ref, Ref, Ref q_ref, Ref k_ref, Ref v_ref, Ref o_ref,
-                                                            Ref m_ref, Ref l_ref, Ref acc_ref) {
+    auto kernel = [scale, ct, group, page, hd, last_step, out_t](Ref lengths_ref, Ref, Ref q_ref, Ref k_ref, Ref v_ref, Ref o_ref,
+                                                                   Ref m_ref, Ref l_ref, Ref acc_ref) {
       Value b = program_id(0), p = program_id(2);
       when(p == 0, [&] {
-        m_ref[all] = jnp::full({1}, -std::numeric_limits<double>::infinity(), ct);
-        l_ref[all] = jnp::zeros({1}, ct);
-        acc_ref[all] = jnp::zeros({hd}, ct);
+        m_ref[all] = jnp::full({group, 1}, -std::numeric_limits<double>::infinity(), ct);
+        l_ref[all] = jnp::zeros({group, 1}, ct);
+        acc_ref[all] = jnp::zeros({group, hd}, ct);
       });
       Value length = lengths_ref[b];
       when(p * page < length, [&] {
-        Value qv = q_ref[all].astype(ct) * scale;
-        Value k = k_ref[all].astype(ct), v = v_ref[all].astype(ct);  // (page, head_dim)
-        Value s = jnp::sum(k * qv(None, slice()), 1);              // (page,)
-        Value pos = p * page + jnp::arange(page);
+        Value qv = q_ref[all].astype(ct) * scale;                      // (group, head_dim)
+        Value k = k_ref[all].astype(ct), v = v_ref[all].astype(ct);    // (page, head_dim)
+        Value s = dot(qv, k, false, true);                             // (group, page)
+        Value pos = p * page + jnp::iota(DType::int32, {1, page}, 1);
         s = jnp::where(pos < length, s, -std::numeric_limits<double>::infinity());
-        Value m_prev = m_ref[0], m_new = jnp::maximum(m_prev, jnp::max(s));
+        Value m_prev = m_ref[all], m_new = jnp::maximum(m_prev, jnp::max(s, 1)(slice(), None));
         Value alpha = jnp::exp(m_prev - m_new), weights = jnp::exp(s - m_new);
-        l_ref[all] = (Value(l_ref[all]) * alpha + jnp::sum(weights)).reshape({1});
-        acc_ref[all] = Value(acc_ref[all]) * alpha + jnp::sum(weights(slice(), None) * v, 0);
-        m_ref[all] = m_new.reshape({1});
+        l_ref[all] = Value(l_ref[all]) * alpha + jnp::sum(weights, 1)(slice(), None);
+        acc_ref[all] = Value(acc_ref[all]) * alpha + dot(weights, v);
+        m_ref[all] = m_new;
       });
-      when(p == last_step, [&] {
-        Value l = l_ref[0];
-        o_ref[all] = (Value(acc_ref[all]) / l).astype(out_t);
-      });
+      when(p == last_step, [&] { o_ref[all] = (Value(acc_ref[all]) / Value(l_ref[all])).astype(out_t); });
     };
     return pallas_call(kernel, outs[0], c);
   });

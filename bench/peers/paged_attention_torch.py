@@ -7,7 +7,8 @@ from triton.testing import do_bench
 batch, heads, kv_heads, hd, page, per_seq = 64, 32, 8, 128, 16, 128
 pool = batch * per_seq
 torch.manual_seed(0)
-lengths = torch.randint(1, per_seq * page + 1, (batch,), device="cuda")
+# The same lengths as cuda_bench's (one formula), so both attend over the same tokens.
+lengths = torch.tensor([1 + (b * 977) % (per_seq * page) for b in range(batch)], device="cuda")
 table = torch.randperm(pool, device="cuda").reshape(batch, per_seq)
 q = torch.randn(batch, heads, 1, hd, device="cuda", dtype=torch.bfloat16)
 k_pages = torch.randn(kv_heads, pool, page, hd, device="cuda", dtype=torch.bfloat16)
