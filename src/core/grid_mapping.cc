@@ -128,8 +128,10 @@ CallDesc describe_vmap(const CallImpl& c, const InputTypes& inputs) {
   PL_CHECK(batch >= 0, where, "no input is batched (every in_axes entry is None)");
 
   CallDesc inner = describe(*c.inner, inner_inputs);
-  PL_CHECK(inner.num_prefetch == 0, where, "a call with scalar prefetch cannot be batched yet (its index maps read "
-           "unbatched prefetch arrays)");
+  // Scalar-prefetch inputs stay whole and shared by the batch: the index maps read them as given.
+  for (int i = 0; i < inner.num_prefetch; ++i)
+    PL_CHECK(!axes[static_cast<size_t>(i)], where, "scalar-prefetch input ", i,
+             " must be unbatched (in_axes None): every batch element's index maps read the same array");
   for (auto [in, out] : inner.aliases)
     PL_CHECK(axes[static_cast<size_t>(in)] == 0, where, "input ", in, " is aliased to output ", out,
              ", so it must be batched along axis 0 (outputs are), but its in_axes entry is ",

@@ -43,6 +43,44 @@ TEST_P(ScalarPrefetchTest, PageTableGathersBlocks) {
   }), f32));
 }
 
+// vmap over several page pools that share one table and lengths (unbatched prefetch inputs).
+TEST_P(ScalarPrefetchTest, VmapOverPoolsSharingTheTable) {
+  Rng rng;
+  const int64_t pools = 2, batch = 2, per_seq = 3, num_pages = 5, page = 8;
+  Array table = rng.values({batch, per_seq}, i32, 0, num_pages), pages = rng.normal({pools, num_pages, page});
+  CallOptions o;
+  o.grid = {batch, per_seq};
+  o.dimension_semantics = {pl::parallel, pl::arbitrary};
+  o.num_scalar_prefetch = 1;
+  o.in_specs = {BlockSpec({pl::None, page}, [](Index b, Index p, Ref t) { return pl::idx(t(b, p), 0); })};
+  o.out_specs = {BlockSpec({pl::None, page}, [](Index b, Index, Ref) { return pl::idx(b, 0); })};
+  o.name = "vmapped_pages";
+  auto kernel = [](Ref, Ref pages_ref, Ref o_ref) {
+    pl::when(pl::program_id(1) == 0, [&] { o_ref[pl::all] = jnp::zeros({8}); });
+    o_ref[pl::all] = o_ref[pl::all] + pages_ref[pl::all];
+  };
+  Array out = run(
+      [&](const std::string& be) {
+        CallOptions c = o;
+        c.backend = be;
+        return pl::vmap(pallas_call(kernel, ShapeDtype({batch, page}, f32), c), {pl::None, 0});
+      },
+      {table, pages}).at(0);
+  EXPECT_TRUE(matches(out, ref_f64({pools, batch, page}, [&](int64_t f) {
+    const int64_t q = f / (batch * page), b = f / page % batch, c = f % page;
+    double s = 0;
+    for (int64_t p = 0; p < per_seq; ++p) s += pages.get((q * num_pages + table.get_int(b * per_seq + p)) * page + c);
+    return s;
+  }), f32));
+  auto batched_table = [&] {
+    CallOptions c = o;
+    c.backend = "interpret";
+    return pl::vmap(pallas_call(kernel, ShapeDtype({batch, page}, f32), c));
+  };
+  Array tables = rng.values({pools, batch, per_seq}, i32, 0, num_pages);
+  PL_EXPECT_ERROR(batched_table()(tables, pages), "scalar-prefetch input 0 must be unbatched (in_axes None)");
+}
+
 TEST(ScalarPrefetchErrors, CountsAndDtypes) {
   Array table = Rng().values({4}, i32, 0, 4), x = Rng().normal({4, 8});
   auto message = [&](CallOptions o, const std::vector<Array>& in) {
