@@ -66,3 +66,11 @@ PL_DEVICE float pl_round_f16(double x) { return pl_f16_to_f(pl_d_to_f16(x)); }
 PL_DEVICE int pl_tid() { return (int)threadIdx.x; }
 PL_DEVICE int pl_lane() { return (int)threadIdx.x & 31; }
 PL_DEVICE int pl_warp() { return (int)threadIdx.x >> 5; }
+
+// The same bytes as another type of the same size (bitcast_convert_type).
+template <class To, class From> PL_DEVICE To pl_bitcast(From x) {
+  static_assert(sizeof(To) == sizeof(From), "bitcast between types of different sizes");
+  To t;
+  memcpy(&t, &x, sizeof(To));
+  return t;
+}

@@ -114,6 +114,9 @@ Value shift_right_arithmetic(const Value& a, const Value& b);
 Value population_count(const Value& x);
 Value clz(const Value& x);  // leading zero bits
 Value erf_inv(const Value& x);  // the inverse of erf (integers compute in float32)
+// The same bits read as another dtype of the same size (float32 <-> int32/uint32, float16 or
+// bfloat16 <-> int16, float64 <-> int64, int8 <-> uint8, ...); bool is refused.
+Value bitcast_convert_type(const Value& x, DType dtype);
 // The next representable value after a toward b; float32 and float64 only.
 Value nextafter(const Value& a, const Value& b);
 }  // namespace lax

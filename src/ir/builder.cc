@@ -183,6 +183,20 @@ ValueId Builder::cast(ValueId x, DType dtype) {
   return r;
 }
 
+ValueId Builder::bitcast(ValueId x, DType dtype) {
+  const DType from = type(x).dtype;
+  if (is_bool(from) || is_bool(dtype))
+    fail("bitcast_convert", std::string("does not take bool (its bits are not a number's): ") + dtype_name(from) + " to " +
+                                dtype_name(dtype));
+  if (itemsize(from) != itemsize(dtype))
+    fail("bitcast_convert", std::string(dtype_name(from)) + " (" + std::to_string(itemsize(from)) + " bytes) and " +
+                                dtype_name(dtype) + " (" + std::to_string(itemsize(dtype)) + " bytes) differ in size");
+  if (from == dtype) return x;
+  ValueId r = new_value({dtype, type(x).shape});
+  emit(Inst{.op = Op::BitcastConvert, .results = {r}, .operands = {x}});
+  return r;
+}
+
 ValueId Builder::broadcast(ValueId x, Shape shape, std::vector<int64_t> dims) {
   check_shape("broadcast", shape);
   const Type t = type(x);

@@ -28,6 +28,7 @@ class Builder {
   ValueId compare(Op op, ValueId a, ValueId b);
   ValueId select(ValueId pred, ValueId on_true, ValueId on_false);
   ValueId cast(ValueId x, DType dtype);
+  ValueId bitcast(ValueId x, DType dtype);  // the same bits as another dtype of the same size
   ValueId broadcast(ValueId x, Shape shape, std::vector<int64_t> dims);
   ValueId reshape(ValueId x, Shape shape);
   ValueId transpose(ValueId x, std::vector<int64_t> perm);

@@ -236,6 +236,9 @@ Value erf_inv(const Value& x) {
   if (!is_float(builder("erf_inv").type(id).dtype)) id = builder("erf_inv").cast(id, DType::float32);
   return wrap(builder("erf_inv").unary(ir::Op::ErfInv, id));
 }
+Value bitcast_convert_type(const Value& x, DType dtype) {
+  return wrap(builder("bitcast_convert").bitcast(as_value(x, "bitcast_convert"), dtype));
+}
 Value nextafter(const Value& a, const Value& b) { return trace::binary_op(ir::Op::NextAfter, a, b, "nextafter"); }
 }  // namespace lax
 

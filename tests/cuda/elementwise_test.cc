@@ -81,6 +81,20 @@ TEST(CudaElementwise, UnaryMathFloatDtypes) {
   }
 }
 
+// bitcast_convert_type through the memory representations, exactly the interpreter's bits.
+TEST(CudaElementwise, BitcastConvertType) {
+  PL_REQUIRE_NVRTC();
+  check_kernel(
+      [](pl::Ref a, pl::Ref b, pl::Ref c, pl::Ref o1, pl::Ref o2, pl::Ref o3, pl::Ref o4) {
+        o1[pl::all] = pl::lax::bitcast_convert_type(a[pl::all], i32);
+        o2[pl::all] = pl::lax::bitcast_convert_type(b[pl::all], i16);
+        o3[pl::all] = pl::lax::bitcast_convert_type(c[pl::all], f64);
+        o4[pl::all] = pl::lax::bitcast_convert_type(pl::lax::bitcast_convert_type(b[pl::all], i16), f16);
+      },
+      {ShapeDtype({4, 64}, i32), ShapeDtype({4, 64}, i16), ShapeDtype({4, 64}, f64), ShapeDtype({4, 64}, f16)},
+      {.name = "bitcast"}, {normal(7, {4, 64}, f32), normal(8, {4, 64}, bf16), uniform(9, {4, 64}, i64, -1e9, 1e9)}, 0.0);
+}
+
 // nextafter: exactly the interpreter's (std::nextafter in the operands' format).
 TEST(CudaElementwise, NextAfter) {
   PL_REQUIRE_NVRTC();

@@ -356,6 +356,41 @@ TEST_P(ElementwiseTest, NextAfter) {
   }
 }
 
+// bitcast_convert_type: the same storage bytes read as the other dtype, exactly (16-bit floats are
+// float32 inside the compiled backends, so their bits must survive the round trip).
+TEST_P(ElementwiseTest, BitcastConvertType) {
+  Rng rng;
+  const std::vector<std::pair<DType, DType>> pairs{{f32, i32}, {i32, f32}, {f32, u32}, {f64, i64}, {i64, f64},
+                                                   {f16, i16}, {bf16, i16}, {i16, bf16}, {i8, u8}, {u8, i8}};
+  std::vector<Array> xs;
+  std::vector<ShapeDtype> outs;
+  for (auto [from, to] : pairs) {
+    xs.push_back(is_float(from) ? rng.normal({64}, from) : rng.any({64}, from));
+    outs.emplace_back(Shape{64}, to);
+  }
+  std::vector<Array> got = run_cases("bitcast", 1, xs, outs, [&](size_t k, Refs in, const Ref& o) {
+    o[pl::all] = pl::lax::bitcast_convert_type(in[0][pl::all], pairs[k].second);
+  });
+  for (size_t k = 0; k < pairs.size(); ++k) {
+    SCOPED_TRACE(std::string(dtype_name(pairs[k].first)) + " -> " + dtype_name(pairs[k].second));
+    Array want(Shape{64}, pairs[k].second);
+    std::memcpy(want.data(), xs[k].data(), static_cast<size_t>(xs[k].nbytes()));
+    EXPECT_TRUE(exactly_equal(got[k], want));
+  }
+}
+
+TEST(ElementwiseErrors, BitcastNeedsEqualSizesAndNoBool) {
+  Array x = Rng().normal({8});
+  auto message = [&](DType to) {
+    return test_support::error_message([&] {
+      pallas_call([to](Ref a, Ref o) { o[pl::all] = pl::lax::bitcast_convert_type(a[pl::all], to); }, ShapeDtype({8}, to),
+                  {.name = "bc", .backend = "interpret"})(x);
+    });
+  };
+  EXPECT_NE(message(i16).find("op 'bitcast_convert': float32 (4 bytes) and int16 (2 bytes) differ in size"), std::string::npos);
+  EXPECT_NE(message(bool_).find("op 'bitcast_convert': does not take bool"), std::string::npos);
+}
+
 TEST(ElementwiseErrors, NextAfterTakesFloat32OrFloat64) {
   Array a = Rng().normal({8}).astype(bf16);
   PL_EXPECT_ERROR(pallas_call([](Ref x, Ref o) { o[pl::all] = pl::lax::nextafter(x[pl::all], x[pl::all]); }, ShapeDtype({8}, bf16),

@@ -146,6 +146,9 @@ std::string Emitter::elementwise_expr(const ir::Inst& in, const std::vector<std:
     case ir::Op::Ge: return cmp(">=");
     case ir::Op::Select: return "(" + a[0] + " ? " + a[1] + " : " + a[2] + ")";
     case ir::Op::Cast: return cast_expr(type(in.operands[0]).dtype, rt, a[0]);
+    case ir::Op::BitcastConvert:  // through the storage representations (16-bit floats compute as float)
+      return std::string(compute_type(rt)) + "(pl_cpu::to_compute(__builtin_bit_cast(" + storage_type(rt) + ", pl_cpu::to_storage<" +
+             storage_type(ot) + ">(" + a[0] + "))))";
     default: break;
   }
   throw InternalError(std::string("cpu codegen: no elementwise rule for ") + ir::op_name(in.op));

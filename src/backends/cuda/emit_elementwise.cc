@@ -160,7 +160,13 @@ std::string Emitter::elementwise_expr(const ir::Inst& in, const std::vector<std:
     case ir::Family::Compare: e = compare(in.op, a[0], a[1]); break;
     case ir::Family::Select: e = "(" + a[0] + " ? " + a[1] + " : " + a[2] + ")"; break;
     case ir::Family::Cast:
-      if (rt == DType::bool_) {
+      if (in.op == ir::Op::BitcastConvert) {  // through the memory representations (16-bit floats are float in registers)
+        auto bits = [](DType t, const std::string& r) {
+          return t == DType::float16 ? "pl_f_to_f16(" + r + ")" : t == DType::bfloat16 ? "pl_f_to_bf16(" + r + ")" : r;
+        };
+        const std::string m = "pl_bitcast<" + mem_type(rt) + ">(" + bits(ot, a[0]) + ")";
+        e = rt == DType::float16 ? "pl_f16_to_f(" + m + ")" : rt == DType::bfloat16 ? "pl_bf16_to_f(" + m + ")" : m;
+      } else if (rt == DType::bool_) {
         e = "(" + a[0] + " != 0)";
       } else if (is_float(rt)) {
         if (!round_fn(rt).empty()) {

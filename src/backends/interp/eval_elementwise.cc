@@ -266,6 +266,19 @@ Tile eval_select(const Tile& p, const Tile& a, const Tile& b) {
   return r;
 }
 
+Tile eval_bitcast(const Tile& x, DType t) {
+  Tile r = Tile::make(t, x.shape);
+  r.poison = x.poison;
+  unsigned char bytes[8];
+  for (size_t k = 0; k < static_cast<size_t>(x.size()); ++k) {  // through the storage bytes
+    if (x.floating()) store_from_double(x.dtype, bytes, x.f[k]);
+    else store_from_int64(x.dtype, bytes, x.i[k]);
+    if (r.floating()) r.f[k] = load_as_double(t, bytes);
+    else r.i[k] = load_as_int64(t, bytes);
+  }
+  return r;
+}
+
 Tile eval_cast(const Tile& x, DType t) {
   Tile r = Tile::make(t, x.shape);
   r.poison = x.poison;

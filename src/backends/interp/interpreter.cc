@@ -120,7 +120,10 @@ class Machine {
       case ir::Family::Binary: at(in.results[0]) = eval_binary(in.op, operand(0), operand(1), on_fail); return;
       case ir::Family::Compare: at(in.results[0]) = eval_compare(in.op, operand(0), operand(1)); return;
       case ir::Family::Select: at(in.results[0]) = eval_select(operand(0), operand(1), operand(2)); return;
-      case ir::Family::Cast: at(in.results[0]) = eval_cast(operand(0), k_.type(in.results[0]).dtype); return;
+      case ir::Family::Cast:
+        at(in.results[0]) = in.op == ir::Op::BitcastConvert ? eval_bitcast(operand(0), k_.type(in.results[0]).dtype)
+                                                            : eval_cast(operand(0), k_.type(in.results[0]).dtype);
+        return;
       case ir::Family::Layout:
         if (in.op == ir::Op::Broadcast) at(in.results[0]) = eval_broadcast(operand(0), k_.type(in.results[0]).shape, in.ints);
         else if (in.op == ir::Op::Reshape) at(in.results[0]) = eval_reshape(operand(0), k_.type(in.results[0]).shape);

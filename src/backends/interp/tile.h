@@ -37,6 +37,7 @@ Tile eval_binary(ir::Op op, const Tile& a, const Tile& b, const Fail& fail);
 Tile eval_compare(ir::Op op, const Tile& a, const Tile& b);
 Tile eval_select(const Tile& p, const Tile& a, const Tile& b);
 Tile eval_cast(const Tile& x, DType t);
+Tile eval_bitcast(const Tile& x, DType t);  // the same storage bytes read as t
 Tile eval_broadcast(const Tile& x, const Shape& shape, const std::vector<int64_t>& dims);
 Tile eval_reshape(Tile x, const Shape& shape);
 Tile eval_transpose(const Tile& x, const std::vector<int64_t>& perm);
