@@ -364,6 +364,40 @@ void bench_attention_backward() {
   });
 }
 
+// grad of the attention loss sum(mha(q, k, v) * dout) through the custom VJP (eager and under jit)
+// against the forward and backward kernels called by hand (mha_vjp(...).backward(dout)): the
+// program level's overhead. The loss adds one multiply and one sum over the output.
+void bench_grad_attention() {
+  for_each_attention_case([](const AttentionCase& c) {
+    if (c.seq != 2048) return;
+    pl::ops::MhaOptions o{.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d))), .causal = c.causal,
+                          .block_q = 128, .block_k = 128, .backend = "cuda"};
+    const pl::Array dout = c.dout;
+    auto loss = [o, dout](const pl::Array& q, const pl::Array& k, const pl::Array& v) {
+      return pl::jnp::sum(pl::ops::mha(q, k, v, pl::Array(), o) * dout);
+    };
+    auto grad = pl::grad<0, 1, 2>(loss);
+    auto jitted = pl::jit(pl::grad<0, 1, 2>(loss));
+    try {
+      const double by_hand = events_ms([&] { (void)pl::ops::mha_vjp(c.q, c.k, c.v, pl::Array(), o).backward(c.dout); }, 3);
+      const double eager = events_ms([&] { (void)grad(c.q, c.k, c.v); }, 3);
+      const double jit = events_ms([&] { (void)jitted(c.q, c.k, c.v); }, 3);
+      auto [dq, dk, dv] = jitted(c.q, c.k, c.v);
+      auto [hq, hk, hv] = pl::ops::mha_vjp(c.q, c.k, c.v, pl::Array(), o).backward(c.dout);
+      check("grad attention " + c.tag() + " jit(grad) vs by hand",
+            std::max({pl::rel_error(pl::to_host(dq).astype(pl::f64), pl::to_host(hq).astype(pl::f64)),
+                      pl::rel_error(pl::to_host(dk).astype(pl::f64), pl::to_host(hk).astype(pl::f64)),
+                      pl::rel_error(pl::to_host(dv).astype(pl::f64), pl::to_host(hv).astype(pl::f64))}),
+            1e-2);
+      report("attn grad", c.tag(), "mha_vjp forward+backward by hand", by_hand, "");
+      report("attn grad", c.tag(), "grad(loss), eager", eager, std::to_string(by_hand / eager).substr(0, 4) + "x by hand");
+      report("attn grad", c.tag(), "jit(grad(loss))", jit, std::to_string(by_hand / jit).substr(0, 4) + "x by hand");
+    } catch (const std::exception& e) {
+      fail("grad attention " + c.tag() + ": " + e.what());
+    }
+  });
+}
+
 // IndRNN (T=1000, F=1024, float32): one program per block of features runs all 1000 steps; the
 // peers are jax's lax.scan and the Pallas-Triton kernel (peers/jax_peers.py indrnn, same job).
 void bench_indrnn() {
@@ -616,6 +650,7 @@ int main(int argc, char** argv) {
       else if (p == "norms") bench_norms();
       else if (p == "checks") bench_checks();
       else if (p == "paged") bench_paged();
+      else if (p == "grad-attention") bench_grad_attention();
       else if (p == "launch") bench_launch();
     } catch (const std::exception& e) {
       fail(p + ": " + e.what());

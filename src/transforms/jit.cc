@@ -2,9 +2,11 @@
 // program-evaluation helpers, and optimize (CSE + DCE).
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 
+#include "palladium/device.h"
 #include "program/executor.h"
 #include "program/families.h"
 #include "program/trace.h"
@@ -41,7 +43,19 @@ std::vector<Array> eval_program(const Program& p, const std::vector<Array>& ins)
   PL_ASSERT(ins.size() == p.inputs.size(), "eval_program '", p.name, "': ", ins.size(), " inputs for ", p.inputs.size());
   std::vector<Array> env(p.types.size());
   for (size_t i = 0; i < ins.size(); ++i) env[static_cast<size_t>(p.inputs[i])] = ins[i];
-  for (size_t i = 0; i < p.consts.size(); ++i) env[static_cast<size_t>(p.const_vars[i])] = p.consts[i];
+  // Constants made while tracing live on the host; they follow the program's device, as a
+  // compiled program places them (a gradient's ones or zeros meeting device Arrays).
+  std::optional<Device> device;
+  for (const Array& a : ins)
+    if (a.defined() && !a.is_tracer() && !a.is_sharded() && a.device().kind != Device::cpu) {
+      device = a.device();
+      break;
+    }
+  for (size_t i = 0; i < p.consts.size(); ++i) {
+    const Array& c = p.consts[i];
+    const bool move = device && !c.is_tracer() && !c.is_sharded() && c.device() != *device;
+    env[static_cast<size_t>(p.const_vars[i])] = move ? to_device(c, *device) : c;
+  }
   for (const Eqn& e : p.eqns) {
     std::vector<Array> a;
     for (int v : e.ins) a.push_back(env[static_cast<size_t>(v)]);

@@ -68,6 +68,23 @@ TEST(CudaDevice, DeviceResidentCallsKeepOutputsOnTheDevice) {
   EXPECT_TRUE(agree(to_host(chained), add(host, host), 0));
 }
 
+// grad of a loss over device Arrays, with a device Array captured by the loss: the gradient
+// program's host constants follow the device (they once met the device Arrays on the host side).
+TEST(CudaDevice, GradOfALossOverDeviceArrays) {
+  PL_REQUIRE_GPU();
+  const pl::Device gpu{pl::Device::cuda, 0};
+  Array x = normal(41, {8, 32}), w = normal(42, {8, 32});
+  Array dx = pl::to_device(x, gpu), dw = pl::to_device(w, gpu);
+  // pl::ones made inside the traced loss is a host constant of the gradient program.
+  auto loss = [dw](const Array& a) { return pl::jnp::sum(pl::jnp::tanh(a + pl::ones({8, 32})) * dw); };
+  Array g = pl::to_host(pl::grad(loss)(dx));
+  Array g_jit = pl::to_host(pl::jit(pl::grad(loss))(dx));
+  Array want(x.shape(), pl::f64);
+  for (int64_t i = 0; i < x.size(); ++i) want.set(i, (1.0 - std::pow(std::tanh(x.get(i) + 1.0), 2)) * w.get(i));
+  EXPECT_LT(pl::rel_error(g, want), 1e-5);
+  EXPECT_LT(pl::rel_error(g_jit, want), 1e-5);
+}
+
 TEST(CudaCompiler, NvrtcFailureNamesKernelAndShowsSource) {
   PL_REQUIRE_NVRTC_COMPILER();
   cuda::GeneratedKernel g;
