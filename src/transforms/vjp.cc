@@ -1,6 +1,7 @@
 // Reverse mode as a program rewrite: the forward equations are re-bound into a new trace (custom_vjp
 // calls its fwd, scan also stacks its carries), then the rules of prims.def run in reverse order,
 // accumulating cotangents. grad, value_and_grad, vjp and jvp are built on it.
+#include "palladium/device.h"
 #include "palladium/numpy.h"
 #include "program/families.h"
 #include "program/trace.h"
@@ -258,10 +259,13 @@ std::vector<Array> grad_flat(const FlatFn& f, const std::vector<Array>& primals,
   Program q = optimize(vjp_program(p, wrt, device));
   std::vector<Array> ins = primals;
   ins.insert(ins.end(), tr.captured.begin(), tr.captured.end());
-  ins.push_back(lax::full({}, 1.0, out.dtype));
+  // The seed cotangent (and the aux outputs' zero cotangents) on the primals' device: a host seed
+  // would broadcast into host Arrays that then meet device ones.
+  auto on_device = [&](Array a) { return device.kind == Device::cuda ? to_device(a, device) : a; };
+  ins.push_back(on_device(lax::full({}, 1.0, out.dtype)));
   for (size_t o = 1; o < p.outputs.size(); ++o) {
     const Type t = p.type(p.outputs[o]);
-    ins.push_back(jnp::zeros_like(lax::full(t.shape, 0.0, t.dtype)));
+    ins.push_back(on_device(jnp::zeros_like(lax::full(t.shape, 0.0, t.dtype))));
   }
   std::vector<Array> res = eval_program(q, ins);
   std::vector<Array> result(res.begin(), res.begin() + static_cast<std::ptrdiff_t>(p.outputs.size()));
