@@ -261,7 +261,7 @@ std::vector<Array> grad_flat(const FlatFn& f, const std::vector<Array>& primals,
   ins.insert(ins.end(), tr.captured.begin(), tr.captured.end());
   // The seed cotangent (and the aux outputs' zero cotangents) on the primals' device: a host seed
   // would broadcast into host Arrays that then meet device ones.
-  auto on_device = [&](Array a) { return device.kind == Device::cuda ? to_device(a, device) : a; };
+  auto on_device = [&](Array a) { return device.kind == Device::cuda && !a.is_tracer() ? to_device(a, device) : a; };
   ins.push_back(on_device(lax::full({}, 1.0, out.dtype)));
   for (size_t o = 1; o < p.outputs.size(); ++o) {
     const Type t = p.type(p.outputs[o]);
