@@ -84,7 +84,8 @@ class BlockSpec {
     } else {  // it takes the scalar-prefetch Refs after the grid indices
       arity_mask_ = ref_arity_mask<F, k>(std::make_index_sequence<detail::kMaxGridRank + 1>{});
       map_ = [f = std::move(index_map)](std::span<const Value> g) -> Indexer {
-        return dispatch_refs<F, k>(f, g, detail::scalar_prefetch_refs(), std::make_index_sequence<detail::kMaxGridRank + 1>{});
+        return dispatch_refs<F, prefetch_count<F>()>(f, g, detail::scalar_prefetch_refs(),
+                                                    std::make_index_sequence<detail::kMaxGridRank + 1>{});
       };
     }
   }
