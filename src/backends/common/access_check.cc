@@ -27,6 +27,17 @@ SelectionLists selection_lists(const ir::Inst& in, const ir::RefParam& p,
   return l;
 }
 
+std::vector<std::string> selection_check_lines(const SelectionLists& l, size_t rank, const std::string& int_type,
+                                               const std::string& dim_type, const std::string& check_fn,
+                                               const std::string& mask, const std::string& on_fail,
+                                               const std::string& program, const std::string& after) {
+  return {"const " + int_type + " chk_start[] = {" + l.starts + "}, chk_size[] = {" + l.sizes + "}, chk_stride[] = {" +
+              l.strides + "}, chk_extent[] = {" + l.extents + "};",
+          dim_type + " chk_dim = 0;", int_type + " chk_index = 0;",
+          "if (!" + check_fn + "(" + std::to_string(rank) + ", chk_start, chk_size, chk_stride, chk_extent, " + mask +
+              ", &chk_dim, &chk_index)) " + on_fail + "0, chk_dim, chk_index, " + program + ");" + after};
+}
+
 std::string access_failure_message(const ir::Kernel& k, const std::vector<AccessSite>& sites, const AccessFailure& f,
                                    const std::string& backend) {
   std::ostringstream os;

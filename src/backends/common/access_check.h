@@ -35,6 +35,14 @@ struct SelectionLists {
 SelectionLists selection_lists(const ir::Inst& in, const ir::RefParam& p,
                                const std::function<std::string(ir::ValueId)>& start_of, const std::string& suffix);
 
+// The generated statements of one element check (C++ for cpu, CUDA C++ for cuda alike): the lists
+// as arrays of `int_type`, then `check_fn(rank, ..., mask, &dim, &index)` and, when it fails,
+// `on_fail` + "0, chk_dim, chk_index, " + `program` + ");" + `after`.
+std::vector<std::string> selection_check_lines(const SelectionLists& l, size_t rank, const std::string& int_type,
+                                               const std::string& dim_type, const std::string& check_fn,
+                                               const std::string& mask, const std::string& on_fail,
+                                               const std::string& program, const std::string& after);
+
 // Whether checks are on for a compile: the params' flag or $PALLADIUM_CHECKS (1/true/on).
 bool checks_enabled(bool requested);
 

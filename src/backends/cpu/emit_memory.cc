@@ -285,12 +285,9 @@ void Emitter::emit_access_check(const ir::Inst& in) {
       const ir::ValueId m = in.operands[next];
       mask = kind(m) == ValueKind::Scalar ? "&" + name(m) : name(m);
     }
-    line("const int64_t chk_start[] = {" + l.starts + "}, chk_size[] = {" + l.sizes + "}, chk_stride[] = {" + l.strides +
-         "}, chk_extent[] = {" + l.extents + "};");
-    line("int32_t chk_dim = 0;");
-    line("int64_t chk_index = 0;");
-    line("if (!pl_cpu::selection_in_bounds(" + std::to_string(rank) + ", chk_start, chk_size, chk_stride, chk_extent, " + mask +
-         ", &chk_dim, &chk_index)) " + fail + "0, chk_dim, chk_index, program); return; }");
+    for (const std::string& s :
+         backend::selection_check_lines(l, rank, "int64_t", "int32_t", "pl_cpu::selection_in_bounds", mask, fail, "program", " return; }"))
+      line(s);
   }
   close();
 }

@@ -363,12 +363,9 @@ void Emitter::emit_access_check(const ir::Inst& in) {
   if (rank > 0) {
     const backend::SelectionLists l =
         backend::selection_lists(in, p, [this](ir::ValueId v) { return "(long long)" + name(v) + "[0]"; }, "ll");
-    line("const long long chk_start[] = {" + l.starts + "}, chk_size[] = {" + l.sizes + "}, chk_stride[] = {" + l.strides +
-         "}, chk_extent[] = {" + l.extents + "};");
-    line("int chk_dim = 0;");
-    line("long long chk_index = 0;");
-    line("if (!pl_selection_in_bounds(" + std::to_string(rank) + ", chk_start, chk_size, chk_stride, chk_extent, " + mask +
-         ", &chk_dim, &chk_index)) " + fail + "0, chk_dim, chk_index, pl_linear);");
+    for (const std::string& s :
+         backend::selection_check_lines(l, rank, "long long", "int", "pl_selection_in_bounds", mask, fail, "pl_linear", ""))
+      line(s);
   }
   close();
   if ((in.i1 & ir::kHasMask) && !(in.i1 & ir::kGather)) barrier();  // the staged mask is read before the space is reused
