@@ -43,55 +43,81 @@ Array paged_attention(const Array& q, const Array& k_pages, const Array& v_pages
   const Dims d = check(q, k_pages, v_pages, lengths, page_indices);
   const double scale = o.scale != 0 ? o.scale : 1.0 / std::sqrt(static_cast<double>(d.head_dim));
   const DType ct = q.dtype() == DType::float64 ? DType::float64 : DType::float32;
-  const int64_t group = d.heads / d.kv_heads, page = d.page, hd = d.head_dim, last_step = d.per_seq - 1;
-  // One program per (sequence, kv head, page): the `group` query heads that share a kv head are
-  // one (group, head_dim) block, so each page of keys and values is read once, not once per head.
+  PL_CHECK(o.pages_per_step >= 1, "paged_attention: pages_per_step must be positive, got ", o.pages_per_step);
+  // Pages per program: the largest divisor of pages_per_sequence up to the option.
+  int64_t pages = 1;
+  for (int64_t n = std::min(o.pages_per_step, d.per_seq); n >= 1; --n)
+    if (d.per_seq % n == 0) { pages = n; break; }
+  const int64_t group = d.heads / d.kv_heads, page = d.page, hd = d.head_dim, steps = d.per_seq / pages;
+  // One program per (sequence, kv head, run of `pages` pages): the `group` query heads that share
+  // a kv head are one (group, head_dim) block, so each page is read once, not once per head; each
+  // page of the run is its own input (the same pool, its own index map), as a Pallas kernel would.
   CallOptions c;
-  c.grid = {d.batch, d.kv_heads, d.per_seq};
+  c.grid = {d.batch, d.kv_heads, steps};
   c.dimension_semantics = {parallel, parallel, arbitrary};
   c.num_scalar_prefetch = 2;  // lengths, page_indices
-  // A step past the sequence's last page keeps its last page's index, so nothing new is fetched.
-  auto kv_map = [page](Index b, Index h, Index p, Ref lengths_ref, Ref table_ref) {
-    Value last = cdiv(Value(lengths_ref[b]), Value(page)) - 1;
-    return idx(h, table_ref(b, jnp::minimum(p, last)), 0, 0);
-  };
   auto q_map = [](Index b, Index h, Index, Ref, Ref) { return idx(b, h, 0); };  // heads h*group .. h*group+group-1
-  c.in_specs = {BlockSpec({None, group, hd}, q_map), BlockSpec({None, None, page, hd}, kv_map),
-                BlockSpec({None, None, page, hd}, kv_map)};
+  c.in_specs = {BlockSpec({None, group, hd}, q_map)};
+  for (int kv = 0; kv < 2; ++kv)
+    for (int64_t j = 0; j < pages; ++j)
+      // A page past the sequence's last keeps the last one's index: nothing new is fetched (it is masked).
+      c.in_specs.push_back(BlockSpec({None, None, page, hd}, [page, pages, j](Index b, Index h, Index s, Ref lengths_ref, Ref table_ref) {
+        Value last = cdiv(Value(lengths_ref[b]), Value(page)) - 1;
+        return idx(h, table_ref(b, jnp::minimum(s * pages + j, last)), 0, 0);
+      }));
   c.out_specs = {BlockSpec({None, group, hd}, q_map)};
   c.scratch_shapes = {ShapeDtype({group, 1}, ct), ShapeDtype({group, 1}, ct), ShapeDtype({group, hd}, ct)};  // max, sum, acc
   c.name = "paged_attention";
   c.backend = o.backend;
   const std::vector<ShapeDtype> outs{ShapeDtype(q.shape(), q.dtype())};
-  const std::string key = call_key(detail::cat(exact(scale), ",", group), c, outs);
+  const std::string key = call_key(detail::cat(exact(scale), ",", group, ",", pages), c, outs);
   auto call = cached_call<Array>(key, [&] {
     const DType out_t = q.dtype();
-    auto kernel = [scale, ct, group, page, hd, last_step, out_t](Ref lengths_ref, Ref, Ref q_ref, Ref k_ref, Ref v_ref, Ref o_ref,
-                                                                   Ref m_ref, Ref l_ref, Ref acc_ref) {
-      Value b = program_id(0), p = program_id(2);
-      when(p == 0, [&] {
-        m_ref[all] = jnp::full({group, 1}, -std::numeric_limits<double>::infinity(), ct);
+    const double inf = std::numeric_limits<double>::infinity();
+    auto kernel = [scale, ct, group, page, pages, hd, steps, out_t, inf](Refs r) {
+      // Refs: lengths, table, q, `pages` key pages, `pages` value pages, out, max, sum, acc.
+      const Ref& lengths_ref = r[0];
+      const Ref& q_ref = r[2];
+      const size_t k0 = 3, v0 = 3 + static_cast<size_t>(pages), o_at = v0 + static_cast<size_t>(pages);
+      const Ref &o_ref = r[o_at], &m_ref = r[o_at + 1], &l_ref = r[o_at + 2], &acc_ref = r[o_at + 3];
+      Value b = program_id(0), s = program_id(2);
+      when(s == 0, [&] {
+        m_ref[all] = jnp::full({group, 1}, -inf, ct);
         l_ref[all] = jnp::zeros({group, 1}, ct);
         acc_ref[all] = jnp::zeros({group, hd}, ct);
       });
       Value length = lengths_ref[b];
-      when(p * page < length, [&] {
-        Value qv = q_ref[all].astype(ct) * scale;                      // (group, head_dim)
-        Value k = k_ref[all].astype(ct), v = v_ref[all].astype(ct);    // (page, head_dim)
-        Value s = dot(qv, k, false, true);                             // (group, page)
-        Value pos = p * page + jnp::iota(DType::int32, {1, page}, 1);
-        s = jnp::where(pos < length, s, -std::numeric_limits<double>::infinity());
-        Value m_prev = m_ref[all], m_new = jnp::maximum(m_prev, jnp::max(s, 1)(slice(), None));
-        Value alpha = jnp::exp(m_prev - m_new), weights = jnp::exp(s - m_new);
-        l_ref[all] = Value(l_ref[all]) * alpha + jnp::sum(weights, 1)(slice(), None);
-        acc_ref[all] = Value(acc_ref[all]) * alpha + dot(weights, v);
+      Value first = s * (pages * page);
+      when(first < length, [&] {
+        Value qv = q_ref[all].astype(ct) * scale;  // (group, head_dim)
+        std::vector<Value> scores;
+        Value m_new = m_ref[all];
+        for (int64_t j = 0; j < pages; ++j) {
+          Value k = r[k0 + static_cast<size_t>(j)][all].astype(ct);  // (page, head_dim)
+          Value sc = dot(qv, k, false, true);                          // (group, page)
+          Value pos = first + j * page + jnp::iota(DType::int32, {1, page}, 1);
+          scores.push_back(jnp::where(pos < length, sc, -inf));
+          m_new = jnp::maximum(m_new, jnp::max(scores.back(), 1)(slice(), None));
+        }
+        Value alpha = jnp::exp(Value(m_ref[all]) - m_new);
+        Value l = Value(l_ref[all]) * alpha, acc = Value(acc_ref[all]) * alpha;
+        for (int64_t j = 0; j < pages; ++j) {
+          Value w = jnp::exp(scores[static_cast<size_t>(j)] - m_new);
+          l = l + jnp::sum(w, 1)(slice(), None);
+          acc = acc + dot(w, r[v0 + static_cast<size_t>(j)][all].astype(ct));
+        }
+        l_ref[all] = l;
+        acc_ref[all] = acc;
         m_ref[all] = m_new;
       });
-      when(p == last_step, [&] { o_ref[all] = (Value(acc_ref[all]) / Value(l_ref[all])).astype(out_t); });
+      when(s == steps - 1, [&] { o_ref[all] = (Value(acc_ref[all]) / Value(l_ref[all])).astype(out_t); });
     };
     return pallas_call(kernel, outs[0], c);
   });
-  return call(lengths, page_indices, q, k_pages, v_pages);
+  std::vector<Array> args{lengths, page_indices, q};
+  for (int kv = 0; kv < 2; ++kv)
+    for (int64_t j = 0; j < pages; ++j) args.push_back(kv == 0 ? k_pages : v_pages);
+  return call.call(args);
 }
 
 Array paged_attention_reference(const Array& q, const Array& k_pages, const Array& v_pages, const Array& lengths,

@@ -12,6 +12,7 @@ namespace palladium::ops {
 
 struct PagedAttentionOptions {
   double scale = 0;     // 0: 1 / sqrt(head_dim)
+  int64_t pages_per_step = 8;  // pages one program handles per step (the largest divisor of pages_per_sequence up to this)
   std::string backend;  // "" = the default backend
 };
 

@@ -30,7 +30,7 @@ uint64_t run_seed() {
 
 TEST_P(PagedAttention, MatchesFloat64Reference) {
   std::cout << "[ seed     ] PALLADIUM_TEST_SEED=" << run_seed() << "\n";
-  const int64_t batch = 4, heads = 4, kv_heads = 2, head_dim = 32, page = 8, per_seq = 5, pool = 11;
+  const int64_t batch = 4, heads = 4, kv_heads = 2, head_dim = 32, page = 8, per_seq = 6, pool = 11;
   pl::random::Key key = pl::random::fold_in(pl::random::key(run_seed()), 7);
   Array lengths = pl::random::uniform(pl::random::fold_in(key, 1), {batch}, pl::i32, 1, per_seq * page + 1);
   lengths.set(0, 1.0);                       // one token
@@ -43,10 +43,13 @@ TEST_P(PagedAttention, MatchesFloat64Reference) {
     Array q = pl::random::normal(pl::random::fold_in(key, 3), {batch, heads, head_dim}, t);
     Array k = pl::random::normal(pl::random::fold_in(key, 4), {kv_heads, pool, page, head_dim}, t);
     Array v = pl::random::normal(pl::random::fold_in(key, 5), {kv_heads, pool, page, head_dim}, t);
-    Array got = pl::ops::paged_attention(q, k, v, lengths, table, {.backend = GetParam()});
     Array want = pl::ops::paged_attention_reference(q.astype(pl::f64), k.astype(pl::f64), v.astype(pl::f64), lengths, table);
-    ASSERT_EQ(got.dtype(), t);
-    EXPECT_LT(pl::rel_error(got.astype(pl::f64), want), t == pl::f32 ? 1e-5 : 1e-2);
+    for (int64_t pages_per_step : {1, 2, 8}) {  // 6, 3 and 1 steps per sequence
+      SCOPED_TRACE(pages_per_step);
+      Array got = pl::ops::paged_attention(q, k, v, lengths, table, {.pages_per_step = pages_per_step, .backend = GetParam()});
+      ASSERT_EQ(got.dtype(), t);
+      EXPECT_LT(pl::rel_error(got.astype(pl::f64), want), t == pl::f32 ? 1e-5 : 1e-2);
+    }
   }
 }
 
