@@ -179,6 +179,7 @@ std::vector<Array> Executable::run(const std::vector<Array>& inputs) const {
           if (ins[i].shape() != s.kernel.in_views[i]) ins[i] = ins[i].reshape(s.kernel.in_views[i]);
         ins.insert(ins.end(), s.kernel.extra.begin(), s.kernel.extra.end());
         outs = detail::invoke(*s.kernel.call, ins);
+        if (s.kernel.then) outs = detail::invoke(*s.kernel.then, outs);
         break;
       }
       case Step::Kind::view:

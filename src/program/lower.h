@@ -23,6 +23,9 @@ struct KernelStep {
   std::vector<int> ins, outs;
   std::vector<Shape> in_views;
   std::vector<Array> extra;  // operands after the vars: static parameters passed at run time
+  // A second call run on the first one's outputs (a reduction's partial results), whose outputs
+  // are the step's.
+  std::shared_ptr<detail::CallImpl> then;
 };
 
 // Elements per block of generated kernels on this backend (a tile the backend runs well).

@@ -32,32 +32,56 @@ Value all_of(const std::vector<Value>& conds, const Shape& block) {
   return m.valid() ? jnp::broadcast_to(m, block) : m;
 }
 
-KernelStep lower_reduce(const Program& p, const Eqn& e, const std::string& backend) {
-  const Type& x = p.type(e.ins[0]);
-  const size_t r = x.shape.size();
-  std::vector<int64_t> axes = e.params.axes;
-  std::sort(axes.begin(), axes.end());
+// A reduction of x (shape `shape`) over `axes` into `out_dtype`, the kept dimensions tiled and
+// each block's reduced extent `rblock` (the whole extent where rblock[d] equals it). Reduced
+// dimensions split into several blocks become trailing dimensions of the result, one partial
+// value per block, for a second reduction.
+std::shared_ptr<detail::CallImpl> reduce_call(Prim prim, const Shape& shape, const std::vector<int64_t>& axes,
+                                              const Shape& rblock, DType out_dtype, const std::string& backend) {
+  const size_t r = shape.size();
   std::vector<bool> reduced(r, false);
-  int64_t reduced_size = 1;
+  int64_t block_reduced = 1;
   for (int64_t a : axes) {
     reduced[static_cast<size_t>(a)] = true;
-    reduced_size *= x.shape[static_cast<size_t>(a)];
+    block_reduced *= rblock[static_cast<size_t>(a)];
   }
-  Shape kept;
-  for (size_t d = 0; d < r; ++d)
-    if (!reduced[d]) kept.push_back(x.shape[d]);
-  const Tiling t = tile(kept, std::max<int64_t>(1, block_budget(backend) / std::max<int64_t>(reduced_size, 1)));
+  Shape kept, chunks;
+  std::vector<size_t> split;  // reduced dimensions cut into several blocks
+  for (size_t d = 0; d < r; ++d) {
+    if (!reduced[d]) kept.push_back(shape[d]);
+    else if (rblock[d] < shape[d]) split.push_back(d), chunks.push_back(shape[d] / rblock[d]);
+  }
+  const Tiling t = tile(kept, std::max<int64_t>(1, block_budget(backend) / std::max<int64_t>(block_reduced, 1)));
+  Shape grid = t.grid;
+  grid.insert(grid.end(), chunks.begin(), chunks.end());
   std::vector<int64_t> in_block;
-  for (size_t d = 0, k = 0; d < r; ++d) in_block.push_back(reduced[d] ? x.shape[d] : t.block[k++]);
-  BlockSpec in = make_spec(in_block, [reduced](std::span<const Value> g) {
+  for (size_t d = 0, k = 0; d < r; ++d) in_block.push_back(reduced[d] ? rblock[d] : t.block[k++]);
+  const size_t nk = kept.size();
+  BlockSpec in = make_spec(in_block, [reduced, split, nk](std::span<const Value> g) {
     Indexer idx;
-    for (size_t d = 0, k = 0; d < reduced.size(); ++d) idx.args.emplace_back(reduced[d] ? Value(0) : g[k++]);
+    for (size_t d = 0, k = 0; d < reduced.size(); ++d) {
+      if (!reduced[d]) { idx.args.emplace_back(g[k++]); continue; }
+      const auto at = std::find(split.begin(), split.end(), d);
+      idx.args.emplace_back(at == split.end() ? Value(0) : g[nk + static_cast<size_t>(at - split.begin())]);
+    }
     return idx;
-  }, kept.size());
-  BlockSpec out = grid_spec(t, std::vector<bool>(kept.size(), false));
-  const Prim prim = e.prim;
+  }, grid.size());
+  // The result: the kept tile, then one squeezed entry per split dimension (its block index).
+  std::vector<int64_t> out_block(t.block.begin(), t.block.end());
+  Shape out_shape = kept;
+  for (int64_t c : chunks) out_shape.push_back(c);
+  std::vector<BlockDim> out_dims(out_block.begin(), out_block.end());
+  for (size_t i = 0; i < chunks.size(); ++i) out_dims.emplace_back(None);
+  BlockSpec out = BlockSpec::from_parts(out_dims, [](std::span<const Value> g) {
+    Indexer idx;
+    for (const Value& v : g) idx.args.emplace_back(v);
+    return idx;
+  }, grid.size() < 32 ? 1u << grid.size() : detail::kAnyArity);
   auto kernel = [prim, axes](Refs refs) {
     Value v = refs[0][all];
+    // Partial sums kept in float32 are summed in float32 (a 16-bit block sum would round first).
+    if (prim == Prim::reduce_sum && refs[1].dtype() == DType::float32 && is_float(v.dtype()) && itemsize(v.dtype()) == 2)
+      v = v.astype(DType::float32);
     for (size_t i = axes.size(); i-- > 0;) {
       const int64_t a = axes[i];
       switch (prim) {
@@ -71,10 +95,55 @@ KernelStep lower_reduce(const Program& p, const Eqn& e, const std::string& backe
     }
     store(refs[1], v.astype(refs[1].dtype()));
   };
+  return make_kernel(prim_name(prim), kernel, {{out_shape, out_dtype}}, grid, {in}, {out}, backend);
+}
+
+// A reduced extent larger than a block (a sum over everything, say) is not one program's: it is
+// cut into blocks reduced in parallel into partial results (float32 for 16-bit floats), which a
+// second call reduces. Arg-reductions keep one pass (their partial results would need indices).
+KernelStep lower_reduce(const Program& p, const Eqn& e, const std::string& backend) {
+  const Type& x = p.type(e.ins[0]);
+  const DType out_dtype = p.type(e.outs[0]).dtype;
+  std::vector<int64_t> axes = e.params.axes;
+  std::sort(axes.begin(), axes.end());
+  int64_t reduced_size = 1;
+  for (int64_t a : axes) reduced_size *= x.shape[static_cast<size_t>(a)];
   KernelStep s;
   s.ins = e.ins;
   s.outs = e.outs;
-  s.call = make_kernel(prim_name(prim), kernel, {{kept, p.type(e.outs[0]).dtype}}, t.grid, {in}, {out}, backend);
+  const int64_t budget = block_budget(backend);
+  const bool two_pass = reduced_size > budget && (e.prim == Prim::reduce_sum || e.prim == Prim::reduce_max ||
+                                                  e.prim == Prim::reduce_min);
+  Shape rblock = x.shape;
+  if (!two_pass) {
+    s.call = reduce_call(e.prim, x.shape, axes, rblock, out_dtype, backend);
+    return s;
+  }
+  // Blocks of the reduced extent: the outer reduced dimensions cut to 1, then one cut to a divisor.
+  int64_t remaining = reduced_size;
+  for (int64_t a : axes) {
+    const size_t d = static_cast<size_t>(a);
+    if (remaining <= budget) break;
+    const int64_t inner = remaining / x.shape[d];
+    int64_t b = 1;
+    for (int64_t c = std::min(x.shape[d], budget / std::max<int64_t>(inner, 1)); c >= 1; --c)
+      if (x.shape[d] % c == 0) { b = c; break; }
+    rblock[d] = b;
+    remaining = inner * b;
+  }
+  const DType partial = is_float(out_dtype) && itemsize(out_dtype) == 2 ? DType::float32 : out_dtype;
+  s.call = reduce_call(e.prim, x.shape, axes, rblock, partial, backend);
+  // The partial results: the kept dimensions, then one per cut dimension, all reduced now.
+  Shape pshape;
+  std::vector<int64_t> paxes;
+  for (size_t d = 0; d < x.shape.size(); ++d)
+    if (std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) == axes.end()) pshape.push_back(x.shape[d]);
+  for (int64_t a : axes)
+    if (rblock[static_cast<size_t>(a)] < x.shape[static_cast<size_t>(a)]) {
+      paxes.push_back(static_cast<int64_t>(pshape.size()));
+      pshape.push_back(x.shape[static_cast<size_t>(a)] / rblock[static_cast<size_t>(a)]);
+    }
+  s.then = reduce_call(e.prim, pshape, paxes, pshape, out_dtype, backend);
   return s;
 }
 

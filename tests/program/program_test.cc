@@ -72,6 +72,39 @@ TEST_P(Program, ElementwiseOpsMatchFloat64) {
   EXPECT_DOUBLE_EQ(i.get(5), 12.5);
 }
 
+// Reductions whose reduced extent exceeds one block run in two passes (partial results per block,
+// float32 for 16-bit floats, then their reduction): over everything, over trailing axes beside a
+// kept one, over a leading axis, with max and min, and in bfloat16; against float64.
+TEST_P(Program, LargeReductionsInTwoPasses) {
+  Array x = randn({40, 30, 70}, 11);  // 84000 elements: more than a block on every backend
+  auto ref = [&](std::vector<int64_t> axes, int op) {
+    Shape kept;
+    for (int64_t d = 0; d < 3; ++d)
+      if (std::find(axes.begin(), axes.end(), d) == axes.end()) kept.push_back(x.shape()[static_cast<size_t>(d)]);
+    Array out(kept, pl::f64);
+    std::vector<double> acc(static_cast<size_t>(out.size()), op == 0 ? 0.0 : op == 1 ? -INFINITY : INFINITY);
+    for (int64_t i = 0; i < x.size(); ++i) {
+      const int64_t c[3] = {i / 2100, i / 70 % 30, i % 70};
+      int64_t o = 0;
+      for (int64_t d = 0; d < 3; ++d)
+        if (std::find(axes.begin(), axes.end(), d) == axes.end()) o = o * x.shape()[static_cast<size_t>(d)] + c[d];
+      double& a = acc[static_cast<size_t>(o)];
+      a = op == 0 ? a + x.get(i) : op == 1 ? std::max(a, x.get(i)) : std::min(a, x.get(i));
+    }
+    for (int64_t i = 0; i < out.size(); ++i) out.set(i, acc[static_cast<size_t>(i)]);
+    return out;
+  };
+  EXPECT_LT(pl::rel_error(pl::jnp::sum(x), ref({0, 1, 2}, 0)), 1e-5);
+  EXPECT_LT(pl::rel_error(pl::jnp::sum(x, {1, 2}), ref({1, 2}, 0)), 1e-5);
+  EXPECT_LT(pl::rel_error(pl::jnp::sum(x, {0}), ref({0}, 0)), 1e-5);
+  EXPECT_EQ(pl::rel_error(pl::jnp::max(x), ref({0, 1, 2}, 1)), 0.0);
+  EXPECT_EQ(pl::rel_error(pl::jnp::min(x, {0, 2}), ref({0, 2}, 2)), 0.0);
+  Array xb = x.astype(pl::bf16);
+  Array sb = pl::jnp::sum(xb);
+  EXPECT_EQ(sb.dtype(), pl::bf16);
+  EXPECT_LT(pl::rel_error(sb.astype(pl::f64), pl::jnp::sum(xb.astype(pl::f64))), 1e-2);
+}
+
 TEST_P(Program, ReductionsMatmulAndLayout) {
   Array x = randn({4, 6}, 3), w = randn({6, 5}, 4);
   Array s = pl::jnp::sum(x, {1});
