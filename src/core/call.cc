@@ -149,32 +149,27 @@ ir::Kernel trace_kernel(const CallImpl& call, const CallDesc& d) {
   std::vector<Value> pids;
   for (size_t a = 0; a < d.grid.size(); ++a) pids.push_back(trace::wrap(b.program_id(static_cast<int>(a))));
   std::vector<Ref> refs;
-  std::vector<Ref> prefetch;  // the index maps of the other refs read these
+  // The scalar-prefetch inputs come first (whole arrays); the other refs' index maps read them.
+  const size_t n_prefetch = static_cast<size_t>(d.num_prefetch);
+  for (size_t i = 0; i < n_prefetch; ++i) add_ref(kernel, b, pids, false, i, *d.inputs[i], d.in_specs[i], refs);
+  const std::vector<Ref> prefetch = refs;
+  current_prefetch_refs = prefetch;
   struct Reset {
     ~Reset() { current_prefetch_refs = {}; }
   } reset;
-  for (size_t i = 0; i < d.inputs.size(); ++i) {
-    if (!d.inputs[i]) { refs.emplace_back(); continue; }
-    if (static_cast<int>(i) == d.num_prefetch) {
-      prefetch.assign(refs.begin(), refs.end());
-      current_prefetch_refs = prefetch;
-    }
-    const BlockSpec& spec = d.in_specs[i];
+  auto check_prefetch = [&](const BlockSpec& spec, const std::string& label) {
     if (spec.prefetch_refs() != 0 && spec.prefetch_refs() != d.num_prefetch)
-      b.fail("BlockSpec", "in_specs[" + std::to_string(i - static_cast<size_t>(d.num_prefetch)) + "]: index_map takes " +
-                              std::to_string(spec.prefetch_refs()) + " scalar-prefetch Refs but num_scalar_prefetch is " +
-                              std::to_string(d.num_prefetch));
-    add_ref(kernel, b, pids, false, i, *d.inputs[i], spec, refs);
-  }
-  if (static_cast<int>(d.inputs.size()) == d.num_prefetch) {
-    prefetch.assign(refs.begin(), refs.end());
-    current_prefetch_refs = prefetch;
+      b.fail("BlockSpec", label + ": index_map takes " + std::to_string(spec.prefetch_refs()) +
+                              " scalar-prefetch Refs but num_scalar_prefetch is " + std::to_string(d.num_prefetch));
+  };
+  for (size_t i = n_prefetch; i < d.inputs.size(); ++i) {
+    if (!d.inputs[i]) { refs.emplace_back(); continue; }
+    check_prefetch(d.in_specs[i], "in_specs[" + std::to_string(i - n_prefetch) + "]");
+    add_ref(kernel, b, pids, false, i, *d.inputs[i], d.in_specs[i], refs);
   }
   kernel.num_inputs = static_cast<int>(kernel.refs.size());
   for (size_t o = 0; o < d.outputs.size(); ++o) {
-    if (d.out_specs[o].prefetch_refs() != 0 && d.out_specs[o].prefetch_refs() != d.num_prefetch)
-      b.fail("BlockSpec", "out_specs[" + std::to_string(o) + "]: index_map takes " + std::to_string(d.out_specs[o].prefetch_refs()) +
-                              " scalar-prefetch Refs but num_scalar_prefetch is " + std::to_string(d.num_prefetch));
+    check_prefetch(d.out_specs[o], "out_specs[" + std::to_string(o) + "]");
     add_ref(kernel, b, pids, true, o, d.outputs[o], d.out_specs[o], refs);
     if (o >= d.num_results()) kernel.refs.back().name = "s" + std::to_string(o - d.num_results());  // scratch
   }

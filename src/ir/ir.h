@@ -29,10 +29,7 @@ enum class Family : uint8_t { Leaf, Unary, Binary, Compare, Select, Cast, Layout
 const char* op_name(Op op);
 Family op_family(Op op);
 // Read-modify-write memory ops (every Memory op but Load and Store).
-inline bool is_atomic(Op op) {
-  return op == Op::AtomicAdd || op == Op::AtomicMax || op == Op::AtomicMin || op == Op::AtomicXchg ||
-         op == Op::AtomicAnd || op == Op::AtomicOr || op == Op::AtomicXor || op == Op::AtomicCas;
-}
+inline bool is_atomic(Op op) { return op_family(op) == Family::Memory && op != Op::Load && op != Op::Store; }
 
 using ValueId = int32_t;
 
@@ -43,8 +40,6 @@ struct Type {
 };
 std::string type_str(const Type& t);  // "f32[128,64]", "i32[]"
 
-// One dimension of a ref access: a scalar index (drops the dimension) or a strided slice.
-// The start is an operand (int32 scalar) of the instruction.
 // One dimension of a memory op's index: a scalar index, a slice (size elements `stride` apart
 // from the start operand), or a gather: the operand is an integer tile with the access's shape,
 // each lane naming its own index (size and stride unused). In an access with gathers, every

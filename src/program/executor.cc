@@ -27,13 +27,13 @@ struct Executable::Step {
   std::string label;
 };
 
-namespace {
-
 Array placed(const Array& a, Device d) {
   if (a.is_sharded()) return placed(to_host(a), d);  // eager ops on a sharded Array see its global value
   if (a.device() == d) return a;
   return d.kind == Device::cpu ? to_host(a) : to_device(a, d);
 }
+
+namespace {
 
 Array empty_on(const Type& t, Device d) {
   return d.kind == Device::cpu ? Array(t.shape, t.dtype) : empty(t.shape, t.dtype, d);

@@ -33,6 +33,9 @@ class Executable {
   std::vector<std::vector<int>> frees_;  // vars dead after each step
 };
 
+// `a` on device d (itself when it is there already); a sharded Array is gathered first.
+Array placed(const Array& a, Device d);
+
 // Runs one equation eagerly on concrete Arrays (compiled once per signature, then cached).
 std::vector<Array> run_eager(Prim prim, const Params& params, const std::vector<Array>& ins,
                              const std::vector<Type>& outs, Device device);

@@ -6,7 +6,6 @@
 #include <set>
 #include <sstream>
 
-#include "palladium/device.h"
 #include "program/executor.h"
 #include "program/families.h"
 #include "program/trace.h"
@@ -53,8 +52,7 @@ std::vector<Array> eval_program(const Program& p, const std::vector<Array>& ins)
     }
   for (size_t i = 0; i < p.consts.size(); ++i) {
     const Array& c = p.consts[i];
-    const bool move = device && !c.is_tracer() && !c.is_sharded() && c.device() != *device;
-    env[static_cast<size_t>(p.const_vars[i])] = move ? to_device(c, *device) : c;
+    env[static_cast<size_t>(p.const_vars[i])] = device && !c.is_tracer() ? placed(c, *device) : c;
   }
   for (const Eqn& e : p.eqns) {
     std::vector<Array> a;

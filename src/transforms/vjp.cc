@@ -1,8 +1,8 @@
 // Reverse mode as a program rewrite: the forward equations are re-bound into a new trace (custom_vjp
 // calls its fwd, scan also stacks its carries), then the rules of prims.def run in reverse order,
 // accumulating cotangents. grad, value_and_grad, vjp and jvp are built on it.
-#include "palladium/device.h"
 #include "palladium/numpy.h"
+#include "program/executor.h"
 #include "program/families.h"
 #include "program/trace.h"
 #include "transforms/transforms.h"
@@ -261,7 +261,7 @@ std::vector<Array> grad_flat(const FlatFn& f, const std::vector<Array>& primals,
   ins.insert(ins.end(), tr.captured.begin(), tr.captured.end());
   // The seed cotangent (and the aux outputs' zero cotangents) on the primals' device: a host seed
   // would broadcast into host Arrays that then meet device ones.
-  auto on_device = [&](Array a) { return device.kind == Device::cuda && !a.is_tracer() ? to_device(a, device) : a; };
+  auto on_device = [&](Array a) { return a.is_tracer() ? a : program::placed(a, device); };
   ins.push_back(on_device(lax::full({}, 1.0, out.dtype)));
   for (size_t o = 1; o < p.outputs.size(); ++o) {
     const Type t = p.type(p.outputs[o]);

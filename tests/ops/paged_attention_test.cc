@@ -64,12 +64,7 @@ TEST(PagedAttentionErrors, ShapesAndDtypes) {
               ::testing::HasSubstr("paged_attention: lengths must be int32 (2,), got int64(2,)"));
 }
 
-std::vector<std::string> backends() {
-  std::vector<std::string> r;
-  for (const std::string& b : pl::backend::available_names()) r.push_back(b);
-  return r;
-}
-INSTANTIATE_TEST_SUITE_P(Ops, PagedAttention, ::testing::ValuesIn(backends()),
+INSTANTIATE_TEST_SUITE_P(Ops, PagedAttention, ::testing::ValuesIn(pl::backend::available_names()),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace

@@ -27,6 +27,19 @@ SelectionLists selection_lists(const ir::Inst& in, const ir::RefParam& p,
   return l;
 }
 
+std::vector<std::string> origin_check_lines(const ir::RefParam& p, const std::function<std::string(ir::ValueId)>& origin_of,
+                                            const std::string& suffix, const std::string& on_fail, const std::string& program,
+                                            const std::string& after) {
+  std::vector<std::string> lines;
+  for (size_t a = 0; a < p.array_shape.size(); ++a) {
+    const std::string o = origin_of(p.origin[a]);
+    lines.push_back("if (" + o + " >= " + std::to_string(p.array_shape[a]) + suffix + " || " + o + " + " +
+                    std::to_string(p.block_shape[a]) + suffix + " <= 0) " + on_fail + "1, " + std::to_string(a) + ", " + o + ", " +
+                    program + ");" + after);
+  }
+  return lines;
+}
+
 std::vector<std::string> selection_check_lines(const SelectionLists& l, size_t rank, const std::string& int_type,
                                                const std::string& dim_type, const std::string& check_fn,
                                                const std::string& mask, const std::string& on_fail,

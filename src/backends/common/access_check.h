@@ -43,6 +43,13 @@ std::vector<std::string> selection_check_lines(const SelectionLists& l, size_t r
                                                const std::string& mask, const std::string& on_fail,
                                                const std::string& program, const std::string& after);
 
+// The generated statements that check a ref's block origins against its array (the interpreter's
+// first check): `origin_of(value)` spells an origin, `on_fail` + "1, dim, origin, " + `program` +
+// ");" + `after` reports.
+std::vector<std::string> origin_check_lines(const ir::RefParam& p, const std::function<std::string(ir::ValueId)>& origin_of,
+                                            const std::string& suffix, const std::string& on_fail, const std::string& program,
+                                            const std::string& after);
+
 // Whether checks are on for a compile: the params' flag or $PALLADIUM_CHECKS (1/true/on).
 bool checks_enabled(bool requested);
 

@@ -21,6 +21,9 @@ struct GeneratedKernel {
   // Upper bound of one program's stack frame: every tile lives on the stack of a pool thread.
   int64_t frame_bytes = 0;
   std::vector<PrintSite> prints;
+  // What palladium_cpu_run's [begin, end) counts: the points of the parallel axes (each runs its
+  // chain of sequential programs), or every program in grid order when the kernel prints.
+  int64_t work_items = 1;
   std::vector<backend::AccessSite> access_sites;  // checked runs: the memory ops, by site id
 };
 

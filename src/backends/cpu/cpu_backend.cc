@@ -86,9 +86,7 @@ class CpuExecutable final : public backend::Executable {
     ThreadPool& pool = ThreadPool::instance();
     RunContext context{&kernel_, &generated_, {}, std::nullopt};
     const pl_cpu::Launch launch{refs.data(), &context, &print_callback, &fail_callback};
-    // Work items: the points of the parallel axes, each running its sequential programs in order;
-    // with debug_print, every program in grid order on one worker.
-    const int64_t total = generated_.prints.empty() ? kernel_.parallel_programs() : numel(kernel_.grid);
+    const int64_t total = generated_.work_items;  // see GeneratedKernel::work_items
     // Several chunks per worker balance uneven programs; debug_print keeps grid order.
     const int64_t chunk = generated_.prints.empty() ? std::max<int64_t>(1, total / (4 * pool.size())) : total;
     const Module& module = *module_;

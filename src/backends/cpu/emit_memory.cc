@@ -38,7 +38,7 @@ Emitter::Access Emitter::plan_access(const ir::Inst& in) {
   std::vector<std::string> range_calls;
   size_t ref_dim = 0;
   for (size_t dim = 0; dim < p.array_shape.size(); ++dim) {
-    const std::string origin = "static_cast<int64_t>(" + name(p.origin[dim]) + ")";
+    const std::string origin = as_int64(p.origin[dim]);
     const std::string extent = std::to_string(p.array_shape[dim]);
     if (p.squeezed[dim]) {  // the block has one element here, at the origin itself
       offset += " + " + origin + " * " + std::to_string(strides[dim]);
@@ -48,7 +48,7 @@ Emitter::Access Emitter::plan_access(const ir::Inst& in) {
     const size_t d = ref_dim++;
     const ir::IndexEntry& e = in.index[d];
     const std::string start = a.prefix + "_g" + std::to_string(d);
-    line("const int64_t " + start + " = " + origin + " + static_cast<int64_t>(" + name(in.operands[d]) + ");");
+    line("const int64_t " + start + " = " + origin + " + " + as_int64(in.operands[d]) + ";");
     offset += " + " + start + " * " + std::to_string(strides[dim]);
     if (e.scalar) {
       ok += " && " + start + " >= 0 && " + start + " < " + extent;
@@ -222,21 +222,19 @@ void Emitter::emit_gather(const ir::Inst& in) {
   if (checks_) sites_.push_back({in.op, static_cast<int>(in.i0)});
   open("");
   if (checks_)
-    for (size_t a = 0; a < p.array_shape.size(); ++a) {
-      const std::string o = "static_cast<int64_t>(" + name(p.origin[a]) + ")";
-      line("if (" + o + " >= " + std::to_string(p.array_shape[a]) + " || " + o + " + " + std::to_string(p.block_shape[a]) +
-           " <= 0) { launch.fail(launch.host, " + site + ", 1, " + std::to_string(a) + ", " + o + ", program); return; }");
-    }
+    for (const std::string& s : backend::origin_check_lines(p, as_int64, "", "{ launch.fail(launch.host, " + site + ", ",
+                                                            "program", " return; }"))
+      line(s);
   open("for (int64_t e = 0; e < " + std::to_string(numel(t.shape)) + "; ++e)");
   line("const bool active = " + (mask.empty() ? std::string("true") : mask + "[e]") + ";");
   std::string offset = "0", inside = "true";
   size_t d = 0;
   for (size_t a = 0; a < p.array_shape.size(); ++a) {
-    const std::string origin = "static_cast<int64_t>(" + name(p.origin[a]) + ")";
+    const std::string origin = as_int64(p.origin[a]);
     std::string global = origin;
     if (!p.squeezed[a]) {
       const std::string local = "l" + std::to_string(d);
-      line("const int64_t " + local + " = static_cast<int64_t>(" + name(in.operands[d]) + (in.index[d].gather ? "[e]" : "") + ");");
+      line("const int64_t " + local + " = " + (in.index[d].gather ? "static_cast<int64_t>(" + name(in.operands[d]) + "[e])" : as_int64(in.operands[d])) + ";");
       if (checks_)
         line("if (active && (" + local + " < 0 || " + local + " >= " + std::to_string(p.ref_shape[d]) + ")) { launch.fail(launch.host, " +
              site + ", 0, " + std::to_string(d) + ", " + local + ", program); return; }");
@@ -270,15 +268,10 @@ void Emitter::emit_access_check(const ir::Inst& in) {
   const std::string fail = "{ launch.fail(launch.host, " + site + ", ";
   open("");
   // The interpreter's order: block origins first, then the selected elements.
-  for (size_t a = 0; a < p.array_shape.size(); ++a) {
-    const std::string o = "static_cast<int64_t>(" + name(p.origin[a]) + ")";
-    line("if (" + o + " >= " + std::to_string(p.array_shape[a]) + " || " + o + " + " + std::to_string(p.block_shape[a]) +
-         " <= 0) " + fail + "1, " + std::to_string(a) + ", " + o + ", program); return; }");
-  }
+  for (const std::string& s : backend::origin_check_lines(p, as_int64, "", fail, "program", " return; }")) line(s);
   const size_t rank = in.index.size();
   if (rank > 0) {
-    const backend::SelectionLists l =
-        backend::selection_lists(in, p, [](ir::ValueId v) { return "static_cast<int64_t>(" + name(v) + ")"; }, "");
+    const backend::SelectionLists l = backend::selection_lists(in, p, as_int64, "");
     size_t next = rank + (in.op == ir::Op::Load ? 0 : 1);
     std::string mask = "nullptr";
     if (in.i1 & ir::kHasMask) {

@@ -330,6 +330,7 @@ GeneratedKernel Emitter::run() {
   GeneratedKernel out;
   out.source = std::move(src);
   out.frame_bytes = frame_bytes_;
+  out.work_items = chains ? kernel_.parallel_programs() : numel(kernel_.grid);
   out.prints = std::move(prints_);
   out.access_sites = std::move(sites_);
   return out;

@@ -72,6 +72,7 @@ class Emitter {
   const ir::Type& type(ir::ValueId v) const { return kernel_.type(v); }
   ValueKind kind(ir::ValueId v) const { return kinds_[static_cast<size_t>(v)]; }
   static std::string name(ir::ValueId v) { return "v" + std::to_string(v); }
+  static std::string as_int64(ir::ValueId v) { return "static_cast<int64_t>(" + name(v) + ")"; }  // a scalar index
   static std::string temp(ir::ValueId v) { return "t" + std::to_string(v); }
   // Declares the stack array of a Tile value and counts it in the frame.
   void declare_tile(ir::ValueId v);

@@ -106,10 +106,7 @@ void Emitter::emit_memory(const ir::Inst& in) {
     line("if (" + ok + ") " + ptr + "[" + a.offset + "] = " + to_memory(t, at(value)) + ";");
   } else {
     if (l.replicated) ok = owner(l) + " && " + ok;
-    const char* fn = in.op == ir::Op::AtomicAdd ? "pl_atomic_add" : in.op == ir::Op::AtomicMax ? "pl_atomic_max"
-                     : in.op == ir::Op::AtomicMin ? "pl_atomic_min" : in.op == ir::Op::AtomicXchg ? "pl_atomic_xchg"
-                     : in.op == ir::Op::AtomicAnd ? "pl_atomic_and" : in.op == ir::Op::AtomicOr ? "pl_atomic_or"
-                     : in.op == ir::Op::AtomicXor ? "pl_atomic_xor" : "pl_atomic_cas";
+    const std::string fn = std::string("pl_") + ir::op_name(in.op);  // pl_atomic_add, ... (device/cuda/pl_atomics.h)
     // atomic_cas: `value` is the comparand and the stored value follows it.
     const std::string args = at(value) + (in.op == ir::Op::AtomicCas ? ", " + at(in.operands[rank + 1]) : std::string());
     line(at(in.results[0]) + " = (" + ok + ") ? " + fn + "(&" + ptr + "[" + a.offset + "], " + args + ") : (" +
@@ -340,11 +337,8 @@ void Emitter::emit_access_check(const ir::Inst& in) {
   const std::string fail = "pl_check_fail(pl_checks, " + site + ", ";
   open("if (pl_tid() == 0)");
   // The interpreter's order: block origins first, then the selected elements.
-  for (size_t a = 0; a < p.array_shape.size(); ++a) {
-    const std::string o = "(long long)" + name(p.origin[a]) + "[0]";
-    line("if (" + o + " >= " + std::to_string(p.array_shape[a]) + "ll || " + o + " + " + std::to_string(p.block_shape[a]) +
-         "ll <= 0) " + fail + "1, " + std::to_string(a) + ", " + o + ", pl_linear);");
-  }
+  auto scalar = [this](ir::ValueId v) { return "(long long)" + name(v) + "[0]"; };
+  for (const std::string& s : backend::origin_check_lines(p, scalar, "ll", fail, "pl_linear", "")) line(s);
   if (in.i1 & ir::kGather) {  // each slot checks its own element (every thread, not only thread 0)
     close();
     const ir::ValueId shaped = in.op == ir::Op::Store ? in.operands[rank] : in.results[0];
@@ -353,7 +347,7 @@ void Emitter::emit_access_check(const ir::Inst& in) {
     if (const std::string v = valid(l); !v.empty()) line("if (!(" + v + ")) continue;");
     if (in.i1 & ir::kHasMask) line("if (!" + at(in.operands[rank + (in.op == ir::Op::Load ? 0 : 1)]) + ") continue;");
     for (size_t d = 0; d < rank; ++d) {
-      const std::string local = in.index[d].gather ? "(long long)" + at(in.operands[d]) : "(long long)" + name(in.operands[d]) + "[0]";
+      const std::string local = in.index[d].gather ? "(long long)" + at(in.operands[d]) : scalar(in.operands[d]);
       line("if (" + local + " < 0 || " + local + " >= " + std::to_string(p.ref_shape[d]) + "ll) " + fail + "0, " +
            std::to_string(d) + ", " + local + ", pl_linear);");
     }
@@ -361,8 +355,7 @@ void Emitter::emit_access_check(const ir::Inst& in) {
     return;
   }
   if (rank > 0) {
-    const backend::SelectionLists l =
-        backend::selection_lists(in, p, [this](ir::ValueId v) { return "(long long)" + name(v) + "[0]"; }, "ll");
+    const backend::SelectionLists l = backend::selection_lists(in, p, scalar, "ll");
     for (const std::string& s :
          backend::selection_check_lines(l, rank, "long long", "int", "pl_selection_in_bounds", mask, fail, "pl_linear", ""))
       line(s);
