@@ -22,6 +22,26 @@ TEST(CpuThreadPool, EveryIndexRunsOnce) {
   for (const auto& h : hits) EXPECT_EQ(h.load(), 1);
 }
 
+TEST(CpuThreadPool, OneThreadMeansTheCallerAlone) {
+  // PALLADIUM_NUM_THREADS=1 once ran programs on the caller and a worker at once.
+  ThreadPool pool(1, 8u << 20);
+  EXPECT_EQ(pool.size(), 1);
+  std::mutex mu;
+  std::set<std::thread::id> ran_on;
+  std::vector<int> hits(64, 0);
+  pool.run(64, 1, 0, [&](int64_t begin, int64_t end) {
+    std::lock_guard<std::mutex> lock(mu);
+    ran_on.insert(std::this_thread::get_id());
+    for (int64_t i = begin; i < end; ++i) ++hits[static_cast<size_t>(i)];
+  });
+  EXPECT_EQ(ran_on, std::set<std::thread::id>{std::this_thread::get_id()});
+  for (int h : hits) EXPECT_EQ(h, 1);
+  // A frame too large for the caller's stack still runs, on the pool's one worker.
+  std::atomic<int> large{0};
+  pool.run(4, 1, int64_t{1} << 40, [&](int64_t b, int64_t e) { large += static_cast<int>(e - b); });
+  EXPECT_EQ(large.load(), 4);
+}
+
 TEST(CpuThreadPool, ExceptionsReachTheCaller) {
   EXPECT_THROW(ThreadPool::instance().run(100, 1, 0, [](int64_t begin, int64_t) {
     if (begin == 50) throw pl::Error("program 50 failed");

@@ -17,9 +17,9 @@ namespace {
 bool is_f32_dot(DType operand) { return operand == DType::float16 || operand == DType::bfloat16 || operand == DType::float32; }
 
 // Upper bounds of gemm.h's packing buffers for any of its micro-kernel geometries (MR <= 16,
-// NR <= 64, MC <= 512, KC = 256, NC = 2048): the frame estimate must not depend on the ISA.
-int64_t packed_a_bound(int64_t m, int64_t k) { return (std::min<int64_t>(m, 512) + 16) * std::min<int64_t>(k, 256); }
-int64_t packed_b_bound(int64_t n, int64_t k) { return (std::min<int64_t>(n, 2048) + 64) * std::min<int64_t>(k, 256); }
+// NR <= 64, MC <= 512, KC <= 512, NC = 2048): the frame estimate must not depend on the ISA.
+int64_t packed_a_bound(int64_t m, int64_t k) { return (std::min<int64_t>(m, 512) + 16) * std::min<int64_t>(k, 512); }
+int64_t packed_b_bound(int64_t n, int64_t k) { return (std::min<int64_t>(n, 2048) + 64) * std::min<int64_t>(k, 512); }
 
 }  // namespace
 

@@ -78,7 +78,7 @@ ThreadPool& ThreadPool::instance() {
   return pool;
 }
 
-ThreadPool::ThreadPool(int threads, uint64_t stack_bytes) {
+ThreadPool::ThreadPool(int threads, uint64_t stack_bytes) : size_(std::max(1, threads)) {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   // A smaller stack where the system refuses a large one (strict overcommit).
@@ -158,6 +158,13 @@ void ThreadPool::work() {
 void ThreadPool::run(int64_t total, int64_t chunk, int64_t frame_bytes,
                      const std::function<void(int64_t, int64_t)>& fn) {
   if (total <= 0) return;
+  // Room for the frame plus what the caller's own code below may still need.
+  constexpr int64_t kCallerMargin = int64_t{512} << 10;
+  const bool caller_fits = stack_room() > frame_bytes + kCallerMargin;
+  if (size_ == 1 && caller_fits) {  // one thread asked for: the caller is it
+    fn(0, total);
+    return;
+  }
   auto job = std::make_shared<Job>();
   job->total = total;
   job->chunk = std::max<int64_t>(1, chunk);
@@ -170,9 +177,7 @@ void ThreadPool::run(int64_t total, int64_t chunk, int64_t frame_bytes,
     anyone_asleep = sleepers_ > 0;
   }
   if (anyone_asleep) wake_.notify_all();
-  // Room for the frame plus what the caller's own code below may still need.
-  constexpr int64_t kCallerMargin = int64_t{512} << 10;
-  if (stack_room() > frame_bytes + kCallerMargin) take_chunks(*job);
+  if (caller_fits) take_chunks(*job);
   if (!spin_until([&] { return job->finished.load(std::memory_order_acquire); })) {
     std::unique_lock<std::mutex> lock(job->mu);
     job->finished_cv.wait(lock, [&] { return job->finished.load(); });

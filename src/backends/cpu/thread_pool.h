@@ -24,9 +24,12 @@ class ThreadPool {
  public:
   // The process-wide pool, started on first use.
   static ThreadPool& instance();
+  // A pool of `threads` (the caller included) with workers' stacks of stack_bytes; instance()
+  // is the one kernels use, others are for tests.
+  ThreadPool(int threads, uint64_t stack_bytes);
 
   // Threads that run programs, the caller included.
-  int size() const { return static_cast<int>(threads_.size()) + 1; }
+  int size() const { return size_; }
   uint64_t stack_bytes() const { return stack_bytes_; }
 
   // Calls fn(begin, end) for consecutive chunks covering [0, total) and returns when all are done;
@@ -46,7 +49,6 @@ class ThreadPool {
 
  private:
   struct Job;
-  ThreadPool(int threads, uint64_t stack_bytes);
   static void* worker_main(void* pool);
   void work();
   // Runs chunks of `job` until none are left.
@@ -59,6 +61,7 @@ class ThreadPool {
   int sleepers_ = 0;                 // workers blocked on wake_ (guarded by mu_)
   bool stopping_ = false;
   std::vector<pthread_t> threads_;
+  int size_ = 1;  // as asked for; with 1 the caller runs every chunk itself when its stack allows
   uint64_t stack_bytes_ = 0;
 };
 
