@@ -44,9 +44,23 @@ template <class T> PL_INLINE MatrixOut<T> dense_out(T* data, int64_t rows, int64
 // feed 24 multiply-adds), faster than 8 x 32 on Zen 4. AVX2: the classic 6 x 16 (12 of 16
 // registers). An MC x KC block of A stays in L2 and KC x NC of B in L3. KC is long (384, 512):
 // every KC step reads and writes all of C once more, which costs most where L3 is shared.
-#if defined(__AVX512F__)
+// PL_GEMM_AVX512_TILE picks the AVX-512 geometry: 1 = 6 x 64, KC 384 (default on AMD, where
+// 512-bit FMAs issue one per cycle and L3 is shared between chiplets' tenants); 2 = 8 x 32, KC 256
+// (default elsewhere: two 512-bit FMA ports want B's KC x NR panel to stay in L1). Settable through
+// PALLADIUM_CPU_CXXFLAGS=-DPL_GEMM_AVX512_TILE=n to measure both on one machine.
+#if !defined(PL_GEMM_AVX512_TILE)
+#if defined(__znver1__) || defined(__znver2__) || defined(__znver3__) || defined(__znver4__) || defined(__znver5__)
+#define PL_GEMM_AVX512_TILE 1
+#else
+#define PL_GEMM_AVX512_TILE 2
+#endif
+#endif
+#if defined(__AVX512F__) && PL_GEMM_AVX512_TILE == 1
 inline constexpr int kGemmLanes = 16, kGemmMR = 6, kGemmVectorsPerRow = 4;
 inline constexpr int64_t kGemmKC = 384;
+#elif defined(__AVX512F__)
+inline constexpr int kGemmLanes = 16, kGemmMR = 8, kGemmVectorsPerRow = 2;
+inline constexpr int64_t kGemmKC = 256;
 #elif defined(__AVX__)
 inline constexpr int kGemmLanes = 8, kGemmMR = 6, kGemmVectorsPerRow = 2;
 inline constexpr int64_t kGemmKC = 512;

@@ -1,6 +1,6 @@
 // Each instruction set's GEMM path on this machine: kernels are compiled for the CPU they run on
-// (-march=native), and PALLADIUM_CPU_CXXFLAGS narrows that, so the AVX2 micro-kernel (its k loop
-// in assembly) and the baseline x86-64 path are tested here even on an AVX-512 machine. Shapes
+// (-march=native), and PALLADIUM_CPU_CXXFLAGS narrows that, so both AVX-512 geometries, the AVX2
+// micro-kernel (its k loop in assembly) and the baseline x86-64 path are tested on an AVX-512 machine. Shapes
 // cross every cache block (KC up to 512, MC, NC) and micro-tile edge; results are compared with
 // float64 products and with the interpreter.
 #include "tests/cpu/cpu_test_util.h"
@@ -27,6 +27,13 @@ bool has_avx2() {
   return false;
 #endif
 }
+bool has_avx512() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx512f");
+#else
+  return false;
+#endif
+}
 bool is_x86() {
 #if defined(__x86_64__)
   return true;
@@ -36,6 +43,8 @@ bool is_x86() {
 }
 
 const Isa kIsas[] = {{"native", "", &always},
+                     {"avx512 6x64", "-DPL_GEMM_AVX512_TILE=1", &has_avx512},
+                     {"avx512 8x32", "-DPL_GEMM_AVX512_TILE=2", &has_avx512},
                      {"avx2", "-mno-avx512f", &has_avx2},
                      {"x86-64 baseline", "-march=x86-64 -mtune=generic", &is_x86}};
 
