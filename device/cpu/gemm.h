@@ -74,6 +74,16 @@ typedef float GemmVector __attribute__((vector_size(kGemmLanes * sizeof(float)))
 
 constexpr int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+// Writes (or adds) one accumulator vector of a micro-tile to C at p.
+template <class V> PL_INLINE void gemm_write_vector(float* p, V out, bool accumulate) {
+  if (accumulate) {
+    V old;
+    __builtin_memcpy(&old, p, sizeof old);
+    out += old;
+  }
+  __builtin_memcpy(p, &out, sizeof out);
+}
+
 // C tile (MR x NR, row stride ldc) (=|+=) sum over k of a_panel[k][0..MR) (x) b_panel[k][0..NR).
 // Contraction to fused multiply-add is enabled here only (the library compiles with
 // -ffp-contract=off so elementwise code rounds like the interpreter).
@@ -137,16 +147,7 @@ PL_CONTRACT_FAST_FUNCTION __attribute__((noinline)) inline void gemm_packed_kern
   }
   const V8 rows[6][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
   for (int r = 0; r < 6; ++r)
-    for (int v = 0; v < 2; ++v) {
-      float* p = c + r * ldc + v * 8;
-      V8 out = rows[r][v];
-      if (accumulate) {
-        V8 old;
-        __builtin_memcpy(&old, p, sizeof old);
-        out += old;
-      }
-      __builtin_memcpy(p, &out, sizeof out);
-    }
+    for (int v = 0; v < 2; ++v) gemm_write_vector(c + r * ldc + v * 8, rows[r][v], accumulate);
 }
 #undef PL_GEMM_STEP
 #endif
@@ -188,16 +189,7 @@ PL_CONTRACT_FAST_FUNCTION __attribute__((noinline)) void gemm_micro_kernel(int64
 #pragma GCC unroll 16
   for (int r = 0; r < kGemmMR; ++r) {
 #pragma GCC unroll 8
-    for (int v = 0; v < kGemmVectorsPerRow; ++v) {
-      float* p = c + r * ldc + v * kGemmLanes;
-      GemmVector out = acc[r][v];
-      if (accumulate) {
-        GemmVector old;
-        __builtin_memcpy(&old, p, sizeof old);
-        out += old;
-      }
-      __builtin_memcpy(p, &out, sizeof out);
-    }
+    for (int v = 0; v < kGemmVectorsPerRow; ++v) gemm_write_vector(c + r * ldc + v * kGemmLanes, acc[r][v], accumulate);
   }
 }
 
