@@ -13,7 +13,7 @@
 
 namespace pl_cpu {
 
-inline constexpr int kAbiVersion = 2;
+inline constexpr int kAbiVersion = 3;
 
 struct Launch {
   // Base pointer of each ref's whole array, in kernel ref order (inputs, then outputs).
@@ -26,6 +26,8 @@ struct Launch {
   // `value` is an index outside dimension `dim` of the ref; kind 1: the block origin `value` along
   // array dimension `dim` puts the block outside the array). The program then returns.
   void (*fail)(void* host, int32_t site, int32_t kind, int32_t dim, int64_t value, const int64_t* program);
+  // float32 matrix products (gemm.h's GemmArgs): the library's GEMM for this CPU, compiled once.
+  void (*gemm_f32)(const void* gemm_args);
 };
 
 }  // namespace pl_cpu

@@ -1,5 +1,7 @@
-// Matrix products for `dot`: a packed, cache-blocked float32 GEMM around a register-blocked
-// micro-kernel (the BLIS/Goto structure), plus a plain loop for float64 and integers.
+// Matrix products for `dot`. float32 results go to the library's precompiled, cache-blocked GEMM
+// (src/backends/cpu/gemm: one build per instruction set, chosen at run time) through
+// Launch::gemm_f32, so no kernel compiles a GEMM of its own; float64 and integer products use the
+// plain loop below.
 //
 // C[M,N] (=|+=) A[M,K] B[K,N]. Operands are strided views that may lie partly outside their
 // arrays (edge blocks): elements outside [row_lo, row_hi) x [col_lo, col_hi) read as zero, and
@@ -39,304 +41,43 @@ template <class T> PL_INLINE MatrixOut<T> dense_out(T* data, int64_t rows, int64
   return {data, 0, cols, 1, 0, rows, 0, cols};
 }
 
-// ---- micro-kernel geometry, per instruction set ----
-// AVX-512: 6 x 64 (24 of the 32 registers accumulate; per k, 4 loads of B and 6 broadcasts of A
-// feed 24 multiply-adds), faster than 8 x 32 on Zen 4. AVX2: the classic 6 x 16 (12 of 16
-// registers). An MC x KC block of A stays in L2 and KC x NC of B in L3. KC is long (384, 512):
-// every KC step reads and writes all of C once more, which costs most where L3 is shared.
-// PL_GEMM_AVX512_TILE picks the AVX-512 geometry: 1 = 6 x 64, KC 384 (default on AMD, where
-// 512-bit FMAs issue one per cycle and L3 is shared between chiplets' tenants); 2 = 8 x 32, KC 256
-// (default elsewhere: two 512-bit FMA ports want B's KC x NR panel to stay in L1). Settable through
-// PALLADIUM_CPU_CXXFLAGS=-DPL_GEMM_AVX512_TILE=n to measure both on one machine.
-#if !defined(PL_GEMM_AVX512_TILE)
-#if defined(__znver1__) || defined(__znver2__) || defined(__znver3__) || defined(__znver4__) || defined(__znver5__)
-#define PL_GEMM_AVX512_TILE 1
-#else
-#define PL_GEMM_AVX512_TILE 2
-#endif
-#endif
-#if defined(__AVX512F__) && PL_GEMM_AVX512_TILE == 1
-inline constexpr int kGemmLanes = 16, kGemmMR = 6, kGemmVectorsPerRow = 4;
-inline constexpr int64_t kGemmKC = 384;
-#elif defined(__AVX512F__)
-inline constexpr int kGemmLanes = 16, kGemmMR = 8, kGemmVectorsPerRow = 2;
-inline constexpr int64_t kGemmKC = 256;
-#elif defined(__AVX__)
-inline constexpr int kGemmLanes = 8, kGemmMR = 6, kGemmVectorsPerRow = 2;
-inline constexpr int64_t kGemmKC = 512;
-#else
-inline constexpr int kGemmLanes = 4, kGemmMR = 6, kGemmVectorsPerRow = 2;
-inline constexpr int64_t kGemmKC = 256;
-#endif
-inline constexpr int kGemmNR = kGemmLanes * kGemmVectorsPerRow;
-inline constexpr int64_t kGemmMC = 32 * kGemmMR, kGemmNC = 2048;
-typedef float GemmVector __attribute__((vector_size(kGemmLanes * sizeof(float))));
 
-constexpr int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+// ---- the precompiled float32 GEMM's arguments (Launch::gemm_f32 takes a GemmArgs*) ----
 
-// Writes (or adds) one accumulator vector of a micro-tile to C at p.
-template <class V> PL_INLINE void gemm_write_vector(float* p, V out, bool accumulate) {
-  if (accumulate) {
-    V old;
-    __builtin_memcpy(&old, p, sizeof old);
-    out += old;
-  }
-  __builtin_memcpy(p, &out, sizeof out);
+enum GemmStorage : int32_t { kGemmFloat32 = 0, kGemmFloat16 = 1, kGemmBFloat16 = 2 };
+template <class T> constexpr GemmStorage gemm_storage();
+template <> constexpr GemmStorage gemm_storage<float>() { return kGemmFloat32; }
+template <> constexpr GemmStorage gemm_storage<Half>() { return kGemmFloat16; }
+template <> constexpr GemmStorage gemm_storage<BFloat16>() { return kGemmBFloat16; }
+
+// A MatrixIn with its storage type as a value.
+struct GemmOperand {
+  const void* base;
+  int64_t offset, row_stride, col_stride;
+  int64_t row_lo, row_hi, col_lo, col_hi;
+  GemmStorage storage;
+};
+template <class T> PL_INLINE GemmOperand gemm_operand(const MatrixIn<T>& m) {
+  return {m.base, m.offset, m.row_stride, m.col_stride, m.row_lo, m.row_hi, m.col_lo, m.col_hi, gemm_storage<T>()};
 }
 
-// C tile (MR x NR, row stride ldc) (=|+=) sum over k of a_panel[k][0..MR) (x) b_panel[k][0..NR).
-// Contraction to fused multiply-add is enabled here only (the library compiles with
-// -ffp-contract=off so elementwise code rounds like the interpreter).
-#if defined(__clang__)
-#define PL_CONTRACT_FAST_FUNCTION
-#define PL_CONTRACT_FAST_BODY _Pragma("clang fp contract(fast)")
-#else
-#define PL_CONTRACT_FAST_FUNCTION __attribute__((optimize("fp-contract=fast")))
-#define PL_CONTRACT_FAST_BODY
-#endif
-#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__) && defined(__x86_64__)
-#define PL_GEMM_ASM_KERNEL 1
-// The AVX2 6x16 micro-kernel for packed panels, its k loop in assembly: the compiler, short of the
-// 16 ymm registers, folds B's loads into the multiply-adds (three loads per FMA pair instead of
-// one), which costs a tenth of the speed. Accumulators are operands; B uses ymm12-13, A ymm14-15.
-#define PL_GEMM_STEP(k)                                   \
-  "vmovups " #k "*64(%[b]), %%ymm12\n\t"                  \
-  "vmovups " #k "*64+32(%[b]), %%ymm13\n\t"               \
-  "vbroadcastss " #k "*24(%[a]), %%ymm14\n\t"             \
-  "vfmadd231ps %%ymm12, %%ymm14, %[c00]\n\t"              \
-  "vfmadd231ps %%ymm13, %%ymm14, %[c01]\n\t"              \
-  "vbroadcastss " #k "*24+4(%[a]), %%ymm15\n\t"           \
-  "vfmadd231ps %%ymm12, %%ymm15, %[c10]\n\t"              \
-  "vfmadd231ps %%ymm13, %%ymm15, %[c11]\n\t"              \
-  "vbroadcastss " #k "*24+8(%[a]), %%ymm14\n\t"           \
-  "vfmadd231ps %%ymm12, %%ymm14, %[c20]\n\t"              \
-  "vfmadd231ps %%ymm13, %%ymm14, %[c21]\n\t"              \
-  "vbroadcastss " #k "*24+12(%[a]), %%ymm15\n\t"          \
-  "vfmadd231ps %%ymm12, %%ymm15, %[c30]\n\t"              \
-  "vfmadd231ps %%ymm13, %%ymm15, %[c31]\n\t"              \
-  "vbroadcastss " #k "*24+16(%[a]), %%ymm14\n\t"          \
-  "vfmadd231ps %%ymm12, %%ymm14, %[c40]\n\t"              \
-  "vfmadd231ps %%ymm13, %%ymm14, %[c41]\n\t"              \
-  "vbroadcastss " #k "*24+20(%[a]), %%ymm15\n\t"          \
-  "vfmadd231ps %%ymm12, %%ymm15, %[c50]\n\t"              \
-  "vfmadd231ps %%ymm13, %%ymm15, %[c51]\n\t"
-PL_CONTRACT_FAST_FUNCTION __attribute__((noinline)) inline void gemm_packed_kernel_avx2(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
-                                                                bool accumulate) {
-  typedef float V8 __attribute__((vector_size(32)));
-  V8 c00{}, c01{}, c10{}, c11{}, c20{}, c21{}, c30{}, c31{}, c40{}, c41{}, c50{}, c51{};
-  int64_t blocks = kc / 4;
-  if (blocks > 0)
-    __asm__ volatile(
-        "1:\n\t" PL_GEMM_STEP(0) PL_GEMM_STEP(1) PL_GEMM_STEP(2) PL_GEMM_STEP(3)
-        "addq $96, %[a]\n\t"
-        "addq $256, %[b]\n\t"
-        "decq %[n]\n\t"
-        "jnz 1b\n\t"
-        : [a] "+r"(a), [b] "+r"(b), [n] "+r"(blocks), [c00] "+x"(c00), [c01] "+x"(c01), [c10] "+x"(c10), [c11] "+x"(c11),
-          [c20] "+x"(c20), [c21] "+x"(c21), [c30] "+x"(c30), [c31] "+x"(c31), [c40] "+x"(c40), [c41] "+x"(c41),
-          [c50] "+x"(c50), [c51] "+x"(c51)
-        :
-        : "xmm12", "xmm13", "xmm14", "xmm15", "memory", "cc");
-  for (int64_t k = 0; k < kc % 4; ++k) {
-    __asm__ volatile(PL_GEMM_STEP(0) "addq $24, %[a]\n\taddq $64, %[b]\n\t"
-        : [a] "+r"(a), [b] "+r"(b), [c00] "+x"(c00), [c01] "+x"(c01), [c10] "+x"(c10), [c11] "+x"(c11),
-          [c20] "+x"(c20), [c21] "+x"(c21), [c30] "+x"(c30), [c31] "+x"(c31), [c40] "+x"(c40), [c41] "+x"(c41),
-          [c50] "+x"(c50), [c51] "+x"(c51)
-        :
-        : "xmm12", "xmm13", "xmm14", "xmm15", "memory");
-  }
-  const V8 rows[6][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
-  for (int r = 0; r < 6; ++r)
-    for (int v = 0; v < 2; ++v) gemm_write_vector(c + r * ldc + v * 8, rows[r][v], accumulate);
-}
-#undef PL_GEMM_STEP
-#endif
+// C (=|+=) A B for an M x K by K x N product. packed_a and packed_b are the caller's scratch, at
+// least (min(M, 512) + 16) * min(K, 512) and (min(N, 2048) + 64) * min(K, 512) floats: bounds for
+// every instruction set's blocking (MR <= 16, NR <= 64, MC <= 512, KC <= 512, NC = 2048).
+struct GemmArgs {
+  GemmOperand a, b;
+  MatrixOut<float> c;
+  int64_t m, n, k;
+  bool accumulate;
+  float* packed_a;
+  float* packed_b;
+};
 
-// A is read at a[r * a_row_step + k * a_k_step]: packed panels have steps (1, MR), known at compile
-// time (kPackedA); a float matrix read in place passes its own strides.
-template <bool kPackedA>
-PL_CONTRACT_FAST_FUNCTION __attribute__((noinline)) void gemm_micro_kernel(int64_t kc, const float* __restrict a_panel,
-                                                                            int64_t a_row_step, int64_t a_k_step,
-                                                                            const float* __restrict b_panel, float* __restrict c,
-                                                                            int64_t ldc, bool accumulate) {
-  PL_CONTRACT_FAST_BODY
-#if defined(PL_GEMM_ASM_KERNEL)
-  if constexpr (kPackedA) {
-    gemm_packed_kernel_avx2(kc, a_panel, b_panel, c, ldc, accumulate);
-    return;
-  }
-#endif
-  if constexpr (kPackedA) {
-    a_row_step = 1;
-    a_k_step = kGemmMR;
-  }
-  GemmVector acc[kGemmMR][kGemmVectorsPerRow];
-#pragma GCC unroll 16
-  for (int r = 0; r < kGemmMR; ++r)
-#pragma GCC unroll 8
-    for (int v = 0; v < kGemmVectorsPerRow; ++v) acc[r][v] = GemmVector{};
-  for (int64_t k = 0; k < kc; ++k) {
-    GemmVector b[kGemmVectorsPerRow];
-#pragma GCC unroll 8
-    for (int v = 0; v < kGemmVectorsPerRow; ++v) __builtin_memcpy(&b[v], b_panel + k * kGemmNR + v * kGemmLanes, sizeof(GemmVector));
-#pragma GCC unroll 16
-    for (int r = 0; r < kGemmMR; ++r) {
-      const float a = a_panel[k * a_k_step + r * a_row_step];
-#pragma GCC unroll 8
-      for (int v = 0; v < kGemmVectorsPerRow; ++v) acc[r][v] += b[v] * a;
-    }
-  }
-#pragma GCC unroll 16
-  for (int r = 0; r < kGemmMR; ++r) {
-#pragma GCC unroll 8
-    for (int v = 0; v < kGemmVectorsPerRow; ++v) gemm_write_vector(c + r * ldc + v * kGemmLanes, acc[r][v], accumulate);
-  }
-}
-
-// Packs rows [i0, i0+mc) x columns [k0, k0+kc) of `a` into MR-row panels: panel p holds, for each
-// k, the MR values of column k in rows i0 + p*MR + [0, MR); rows past mc and invalid elements are 0.
-template <class T> void gemm_pack_a(const MatrixIn<T>& a, int64_t i0, int64_t mc, int64_t k0, int64_t kc, float* out) {
-  for (int64_t p = 0; p < mc; p += kGemmMR) {
-    float* panel = out + p * kc;
-    // Whole panel inside the array, rows contiguous: k outer, so the panel is written in order
-    // from MR streams (the row-outer loop below writes with a stride of MR: twice as slow).
-    if (a.col_stride == 1 && p + kGemmMR <= mc && i0 + p >= a.row_lo && i0 + p + kGemmMR <= a.row_hi &&
-        k0 >= a.col_lo && k0 + kc <= a.col_hi) {
-      const T* rows[kGemmMR];
-      for (int r = 0; r < kGemmMR; ++r) rows[r] = a.base + a.offset + (i0 + p + r) * a.row_stride + k0;
-      for (int64_t k = 0; k < kc; ++k)
-#pragma GCC unroll 16
-        for (int r = 0; r < kGemmMR; ++r) panel[k * kGemmMR + r] = to_compute(rows[r][k]);
-      continue;
-    }
-    for (int r = 0; r < kGemmMR; ++r) {
-      const int64_t i = i0 + p + r;
-      const bool row_ok = p + r < mc && i >= a.row_lo && i < a.row_hi;
-      const int64_t lo = a.col_lo - k0 > 0 ? a.col_lo - k0 : 0;
-      const int64_t hi = a.col_hi - k0 < kc ? a.col_hi - k0 : kc;
-      if (!row_ok || lo >= hi) {
-        for (int64_t k = 0; k < kc; ++k) panel[k * kGemmMR + r] = 0.0f;
-        continue;
-      }
-      const int64_t row = a.offset + i * a.row_stride + k0 * a.col_stride;
-      for (int64_t k = 0; k < lo; ++k) panel[k * kGemmMR + r] = 0.0f;
-      if (a.col_stride == 1) {
-        for (int64_t k = lo; k < hi; ++k) panel[k * kGemmMR + r] = to_compute(a.base[row + k]);
-      } else {
-        for (int64_t k = lo; k < hi; ++k) panel[k * kGemmMR + r] = to_compute(a.base[row + k * a.col_stride]);
-      }
-      for (int64_t k = hi; k < kc; ++k) panel[k * kGemmMR + r] = 0.0f;
-    }
-  }
-}
-
-// Packs rows [k0, k0+kc) x columns [j0, j0+nc) of `b` into NR-column panels: panel q holds, for
-// each k, the NR values of row k in columns j0 + q*NR + [0, NR).
-template <class T> void gemm_pack_b(const MatrixIn<T>& b, int64_t k0, int64_t kc, int64_t j0, int64_t nc, float* out) {
-  for (int64_t q = 0; q < nc; q += kGemmNR) {
-    float* panel = out + q * kc;
-    const int64_t j_first = j0 + q;
-    // Valid columns of this panel, relative to its first column.
-    int64_t lo = b.col_lo - j_first, hi = b.col_hi - j_first;
-    lo = lo < 0 ? 0 : lo;
-    hi = hi > kGemmNR ? kGemmNR : hi;
-    hi = hi > nc - q ? nc - q : hi;
-    for (int64_t k = 0; k < kc; ++k) {
-      float* dst = panel + k * kGemmNR;
-      const int64_t kk = k0 + k;
-      if (kk < b.row_lo || kk >= b.row_hi || lo >= hi) {
-        for (int j = 0; j < kGemmNR; ++j) dst[j] = 0.0f;
-        continue;
-      }
-      const int64_t row = b.offset + kk * b.row_stride + j_first * b.col_stride;
-      if (lo == 0 && hi == kGemmNR && b.col_stride == 1) {
-        PL_NO_ALIAS_LOOP
-        for (int j = 0; j < kGemmNR; ++j) dst[j] = to_compute(b.base[row + j]);
-        continue;
-      }
-      for (int64_t j = 0; j < kGemmNR; ++j)
-        dst[j] = (j >= lo && j < hi) ? to_compute(b.base[row + (j >= lo && j < hi ? j : lo) * b.col_stride]) : 0.0f;
-    }
-  }
-}
-
-// Writes (or adds) an MR x NR result tile into c where only part of it is valid or c is strided.
-PL_INLINE void gemm_store_edge(const float* tile, const MatrixOut<float>& c, int64_t i0, int64_t j0, bool accumulate) {
-  for (int r = 0; r < kGemmMR; ++r) {
-    const int64_t i = i0 + r;
-    if (i < c.row_lo || i >= c.row_hi) continue;
-    for (int j = 0; j < kGemmNR; ++j) {
-      const int64_t jj = j0 + j;
-      if (jj < c.col_lo || jj >= c.col_hi) continue;
-      float& dst = c.base[c.offset + i * c.row_stride + jj * c.col_stride];
-      dst = accumulate ? dst + tile[r * kGemmNR + j] : tile[r * kGemmNR + j];
-    }
-  }
-}
-
-// The blocked driver: C (=|+=) A B for an M x K by K x N product; packed_a and packed_b hold at
-// least kGemmMC * kGemmKC and kGemmKC * round_up(min(N, kGemmNC), NR) floats.
 template <class TA, class TB>
-void gemm_f32(const MatrixIn<TA>& a, const MatrixIn<TB>& b, const MatrixOut<float>& c, int64_t m, int64_t n, int64_t k,
-              bool accumulate, float* packed_a, float* packed_b) {
-  if (k == 0) {
-    if (!accumulate)
-      for (int64_t i = c.row_lo; i < c.row_hi; ++i)
-        for (int64_t j = c.col_lo; j < c.col_hi; ++j) c.base[c.offset + i * c.row_stride + j * c.col_stride] = 0.0f;
-    return;
-  }
-  alignas(64) float edge[kGemmMR * kGemmNR];
-  // A float operand read where it lies, skipping its packing, when it is wholly inside its array
-  // and has unit stride along rows or columns: worth it when few column panels share the packing
-  // and K is short (long strided rows read in place cost more in TLB misses than packing saves).
-  bool a_in_place = false;
-  const float* a_data = nullptr;
-  if constexpr (__is_same(TA, float)) {
-    a_in_place = (a.col_stride == 1 || a.row_stride == 1) && a.row_lo <= 0 && a.row_hi >= m && a.col_lo <= 0 &&
-                 a.col_hi >= k && n <= 8 * kGemmNR && k <= kGemmKC;
-    a_data = a.base + a.offset;
-  }
-  for (int64_t j0 = 0; j0 < n; j0 += kGemmNC) {
-    const int64_t nc = n - j0 < kGemmNC ? n - j0 : kGemmNC;
-    for (int64_t k0 = 0; k0 < k; k0 += kGemmKC) {
-      const int64_t kc = k - k0 < kGemmKC ? k - k0 : kGemmKC;
-      const bool acc = accumulate || k0 > 0;
-      gemm_pack_b(b, k0, kc, j0, nc, packed_b);
-      for (int64_t i0 = 0; i0 < m; i0 += kGemmMC) {
-        const int64_t mc = m - i0 < kGemmMC ? m - i0 : kGemmMC;
-        const int64_t full = a_in_place ? mc / kGemmMR * kGemmMR : 0;  // rows read in place
-        if (full < mc) gemm_pack_a(a, i0 + full, mc - full, k0, kc, packed_a + full * kc);
-        for (int64_t jr = 0; jr < nc; jr += kGemmNR) {
-          const int64_t j = j0 + jr;
-          if (j >= c.col_hi || j + kGemmNR <= c.col_lo) continue;  // nothing of it is written
-          for (int64_t ir = 0; ir < mc; ir += kGemmMR) {
-            const int64_t i = i0 + ir;
-            if (i >= c.row_hi || i + kGemmMR <= c.row_lo) continue;
-            const float* bp = packed_b + jr * kc;
-            const bool inside = i >= c.row_lo && i + kGemmMR <= c.row_hi && j >= c.col_lo && j + kGemmNR <= c.col_hi;
-            float* const out = inside && c.col_stride == 1 ? c.base + c.offset + i * c.row_stride + j : edge;
-            const int64_t ldc = out == edge ? kGemmNR : c.row_stride;
-            const bool add = out == edge ? false : acc;
-            if (ir < full) {
-              const float* ap = a_data + i * a.row_stride + k0 * a.col_stride;
-              gemm_micro_kernel<false>(kc, ap, a.row_stride, a.col_stride, bp, out, ldc, add);
-            } else {
-              gemm_micro_kernel<true>(kc, packed_a + ir * kc, 1, kGemmMR, bp, out, ldc, add);
-            }
-            if (out == edge) gemm_store_edge(edge, c, i, j, acc);
-          }
-        }
-      }
-    }
-  }
-}
-
-// Scratch sizes for gemm_f32 with static shapes (the generated code declares them on the stack).
-inline constexpr int64_t gemm_packed_a_size(int64_t m, int64_t k) {
-  return round_up(m < kGemmMC ? m : kGemmMC, kGemmMR) * (k < kGemmKC ? k : kGemmKC);
-}
-inline constexpr int64_t gemm_packed_b_size(int64_t n, int64_t k) {
-  return round_up(n < kGemmNC ? n : kGemmNC, kGemmNR) * (k < kGemmKC ? k : kGemmKC);
+PL_INLINE void gemm_f32(const Launch& launch, const MatrixIn<TA>& a, const MatrixIn<TB>& b, const MatrixOut<float>& c,
+                        int64_t m, int64_t n, int64_t k, bool accumulate, float* packed_a, float* packed_b) {
+  const GemmArgs args{gemm_operand(a), gemm_operand(b), c, m, n, k, accumulate, packed_a, packed_b};
+  launch.gemm_f32(&args);
 }
 
 // float64 and integer products: C (=|+=) A B with accumulation in Acc (int64 for integers, which

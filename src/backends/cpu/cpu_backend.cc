@@ -18,6 +18,7 @@
 #include "backends/cpu/codegen.h"
 #include "backends/cpu/host_compiler.h"
 #include "backends/cpu/module_cache.h"
+#include "backends/cpu/gemm/gemm_dispatch.h"
 #include "backends/cpu/thread_pool.h"
 #include "palladium/error.h"
 
@@ -85,7 +86,7 @@ class CpuExecutable final : public backend::Executable {
     }
     ThreadPool& pool = ThreadPool::instance();
     RunContext context{&kernel_, &generated_, {}, std::nullopt};
-    const pl_cpu::Launch launch{refs.data(), &context, &print_callback, &fail_callback};
+    const pl_cpu::Launch launch{refs.data(), &context, &print_callback, &fail_callback, gemm_for_this_cpu().run};
     const int64_t total = generated_.work_items;  // see GeneratedKernel::work_items
     // Several chunks per worker balance uneven programs; debug_print keeps grid order.
     const int64_t chunk = generated_.prints.empty() ? std::max<int64_t>(1, total / (4 * pool.size())) : total;

@@ -1,5 +1,6 @@
-// cpu codegen: dot. float32 results (float16/bfloat16/float32 operands) go through the packed
-// GEMM of device/cpu/gemm.h; float64 and integer products through its plain loop.
+// cpu codegen: dot. float32 results (float16/bfloat16/float32 operands) go through the library's
+// precompiled GEMM (Launch::gemm_f32, device/cpu/gemm.h); float64 and integer products through
+// gemm.h's plain loop.
 //
 // Copies are avoided where the IR allows: an operand loaded from an input ref only for this dot
 // is packed straight from the array (MatrixView), a 2-D transpose feeding only this dot becomes a
@@ -16,8 +17,8 @@ namespace {
 
 bool is_f32_dot(DType operand) { return operand == DType::float16 || operand == DType::bfloat16 || operand == DType::float32; }
 
-// Upper bounds of gemm.h's packing buffers for any of its micro-kernel geometries (MR <= 16,
-// NR <= 64, MC <= 512, KC <= 512, NC = 2048): the frame estimate must not depend on the ISA.
+// Upper bounds of the GEMM's packing buffers for any build's geometry (gemm.h's GemmArgs: MR <= 16,
+// NR <= 64, MC <= 512, KC <= 512, NC = 2048): the kernel does not know which build will run.
 int64_t packed_a_bound(int64_t m, int64_t k) { return (std::min<int64_t>(m, 512) + 16) * std::min<int64_t>(k, 512); }
 int64_t packed_b_bound(int64_t n, int64_t k) { return (std::min<int64_t>(n, 2048) + 64) * std::min<int64_t>(k, 512); }
 
@@ -82,7 +83,7 @@ void Emitter::emit_gemm(const ir::Inst& dot, const std::string& out, bool accumu
   if (is_f32_dot(operand)) {
     gemm_scratch_a_ = std::max(gemm_scratch_a_, packed_a_bound(m, k));
     gemm_scratch_b_ = std::max(gemm_scratch_b_, packed_b_bound(n, k));
-    line("pl_cpu::gemm_f32(" + a + ", " + b + ", " + out + ", " + sizes + ", " + acc + ", gemm_scratch_a, gemm_scratch_b);");
+    line("pl_cpu::gemm_f32(launch, " + a + ", " + b + ", " + out + ", " + sizes + ", " + acc + ", gemm_scratch_a, gemm_scratch_b);");
   } else {
     // float64 accumulates in double; integers in int64, wrapped to the result width on the store.
     const char* accumulator = operand == DType::float64 ? "double" : "int64_t";

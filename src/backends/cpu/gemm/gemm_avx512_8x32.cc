@@ -1,0 +1,14 @@
+// The blocked GEMM built for AVX-512, 8 x 32 tiles with KC 256; CMakeLists.txt gives this file its
+// instruction-set flags. The anonymous namespace keeps this build's code apart from the others'.
+#if defined(__x86_64__)
+#include <stdint.h>
+
+#include "backends/cpu/gemm/gemm_dispatch.h"
+
+#define PL_GEMM_AVX512_TILE 2
+namespace {
+#include "backends/cpu/gemm/blocked_gemm.h"
+}  // namespace
+
+void palladium::cpu::gemm_avx512_8x32(const void* gemm_args) { pl_cpu::gemm_entry(gemm_args); }
+#endif

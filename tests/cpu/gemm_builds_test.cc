@@ -1,0 +1,75 @@
+// Each build of the library's GEMM (src/backends/cpu/gemm) that this CPU can run, chosen through
+// PALLADIUM_CPU_GEMM: on an AVX-512 machine both AVX-512 geometries, the AVX2 micro-kernel (its k
+// loop in assembly) and the baseline path are all tested. Shapes
+// cross every cache block (KC up to 512, MC, NC) and micro-tile edge; results are compared with
+// float64 products and with the interpreter.
+#include "backends/cpu/gemm/gemm_dispatch.h"
+#include "tests/cpu/cpu_test_util.h"
+
+namespace palladium::cpu_test {
+namespace {
+
+using pl::Ref;
+using pl::Value;
+using test_support::ScopedEnv;
+namespace jnp = pl::jnp;
+
+class CpuGemmBuilds : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CpuGemmBuilds, DotMatchesFloat64AndTheInterpreter) {
+  const std::string build = GetParam();
+  ScopedEnv choose("PALLADIUM_CPU_GEMM", build);
+  try {
+    pl::cpu::gemm_for_this_cpu();
+  } catch (const pl::Error& e) {
+    GTEST_SKIP() << e.what();  // an instruction set this CPU lacks
+  }
+  Random rng;
+  // 200 x 1100 x 140: K crosses KC (256, 384 and 512) twice, M crosses MC, N is no multiple of NR.
+  constexpr int64_t m = 200, k = 1100, n = 140;
+  pl::Array a = rng.normal({m, k}), b = rng.normal({k, n}), c = rng.normal({m, n});
+  pl::Array a16 = a.astype(pl::bf16), b16 = b.astype(pl::f16);
+  auto kernel = [](Ref a_ref, Ref b_ref, Ref c_ref, Ref a16_ref, Ref b16_ref, Ref o_plain, Ref o_acc, Ref o_t, Ref o_16) {
+    o_plain[pl::all] = pl::dot(a_ref[pl::all], b_ref[pl::all]);
+    o_acc[pl::all] = c_ref[pl::all] + pl::dot(a_ref[pl::all], b_ref[pl::all]);
+    o_t[pl::all] = pl::dot(b_ref[pl::all], a_ref[pl::all], true, true) * 1.0f;  // (A B)^T, not stored directly
+    o_16[pl::all] = pl::dot(a16_ref[pl::all], b16_ref[pl::all]);
+  };
+  const pl::ShapeDtype out({m, n}, pl::f32), out_t({n, m}, pl::f32);
+  auto [cpu, interp] = run_both(kernel, {out, out, out_t, out}, {.name = "gemm_build_dot"}, {a, b, c, a16, b16});
+  const pl::Array ref = pl::matmul(a.astype(pl::f64), b.astype(pl::f64));
+  const pl::Array ref16 = pl::matmul(a16.astype(pl::f64), b16.astype(pl::f64));
+  EXPECT_TRUE(close(cpu[0], ref, 1e-6));
+  EXPECT_TRUE(close(cpu[1], pl::add(ref, c.astype(pl::f64)), 1e-6));
+  EXPECT_TRUE(close(cpu[2], pl::transpose(ref), 1e-6));
+  EXPECT_TRUE(close(cpu[3], ref16, 1e-6));
+  for (size_t i = 0; i < cpu.size(); ++i) EXPECT_TRUE(close(cpu[i], interp[i], 1e-6)) << "output " << i;
+}
+
+TEST(CpuGemmBuilds, EveryInstructionSetIsBuiltOnX86) {
+#if defined(__x86_64__)
+  EXPECT_EQ(pl::cpu::gemm_builds(), (std::vector<std::string>{"avx512-8x32", "avx512-6x64", "avx2", "baseline"}));
+#else
+  EXPECT_EQ(pl::cpu::gemm_builds(), (std::vector<std::string>{"baseline"}));
+#endif
+}
+
+TEST(CpuGemmBuilds, UnknownBuildNameIsAnError) {
+  ScopedEnv choose("PALLADIUM_CPU_GEMM", "avx1024");
+  Random rng;
+  pl::Array a = rng.normal({8, 8});
+  auto f = pl::pallas_call([](Ref x, Ref y, Ref o) { o[pl::all] = pl::dot(x[pl::all], y[pl::all]); },
+                           pl::ShapeDtype({8, 8}, pl::f32), {.name = "gemm_env", .backend = "cpu"});
+  PL_EXPECT_ERROR(f(a, a), "PALLADIUM_CPU_GEMM='avx1024' names no GEMM build of this library; builds: ");
+}
+
+INSTANTIATE_TEST_SUITE_P(Builds, CpuGemmBuilds, ::testing::ValuesIn(pl::cpu::gemm_builds()),
+                         [](const ::testing::TestParamInfo<std::string>& param_info) {
+                           std::string name = param_info.param;
+                           for (char& ch : name)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace palladium::cpu_test
