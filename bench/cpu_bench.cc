@@ -491,7 +491,7 @@ BENCHMARK(BM_MatmulPalladium)->Args({1024, 256})->Args({1024, 128})->Args({2048,
 #ifdef PL_HAVE_OPENBLAS
 BENCHMARK(BM_MatmulOpenBLAS)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
 #endif
-BENCHMARK(BM_AddPalladium)->Arg(65536)->Arg(1 << 14)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+BENCHMARK(BM_AddPalladium)->Arg(65536)->Arg(1 << 14)->Arg(4096)->Arg(1024)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
 BENCHMARK(BM_Memcpy)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
 BENCHMARK(BM_IndRnnPalladium)->Args({128, 1})->Args({64, 1})->Args({256, 1})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_IndRnnPalladium)->Args({128, 0})->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);

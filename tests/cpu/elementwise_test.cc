@@ -172,5 +172,41 @@ TEST(CpuElementwise, FusedLoopsKeepValuesUsedLater) {
   EXPECT_TRUE(same(cpu[2], interp[2]));
 }
 
+TEST(CpuElementwise, InputBlocksReadInPlaceOrCopied) {
+  // Input blocks that only elementwise loops read are read inside the array when the whole block
+  // is there: 16 x 64 blocks of a 100 x 64 array are contiguous (the last one overhangs and is
+  // copied, its missing rows padded), 16 x 32 blocks are not contiguous (copied). int32 and
+  // float64 inputs too; a broadcast reads one input by index; a second user outside any loop (a
+  // reduction) keeps the copy.
+  Random rng;
+  pl::Array x = rng.normal({100, 64}), d = rng.normal({100, 64}, pl::f64);
+  pl::Array n = rng.uniform({100, 64}, -50, 50, pl::i32);
+  pl::Array row = rng.normal({1, 64});
+  for (int64_t cols : {int64_t{64}, int64_t{32}}) {
+    SCOPED_TRACE("block columns " + std::to_string(cols));
+    auto kernel = [](Ref x_ref, Ref d_ref, Ref n_ref, Ref row_ref, Ref o, Ref od, Ref on, Ref sums) {
+      Value xv = x_ref[pl::all];
+      o[pl::all] = xv * 2.0f + jnp::broadcast_to(row_ref[pl::all], xv.shape());
+      od[pl::all] = jnp::exp(d_ref[pl::all]) - 1.0;
+      on[pl::all] = n_ref[pl::all] * 3 + 1;
+      sums[pl::all] = (x_ref[pl::all].sum(1) + xv.max(1)).expand_dims(1);
+    };
+    pl::CallOptions opts{.grid = {pl::cdiv(int64_t{100}, int64_t{16}), 64 / cols},
+                         .in_specs = {block2(16, cols), block2(16, cols), block2(16, cols),
+                                      pl::BlockSpec({1, cols}, [](pl::Index, pl::Index j) { return pl::idx(0, j); })},
+                         .out_specs = {block2(16, cols), block2(16, cols), block2(16, cols),
+                                       pl::BlockSpec({16, 1}, [](pl::Index i, pl::Index j) { return pl::idx(i, j); })},
+                         .name = "in_place_reads_" + std::to_string(cols)};
+    const pl::ShapeDtype f({100, 64}, pl::f32);
+    auto [cpu, interp] = run_both(kernel, {f, pl::ShapeDtype({100, 64}, pl::f64), pl::ShapeDtype({100, 64}, pl::i32),
+                                           pl::ShapeDtype({100, 64 / cols}, pl::f32)},
+                                  opts, {x, d, n, row});
+    EXPECT_TRUE(same(cpu[0], interp[0]));
+    EXPECT_TRUE(close(cpu[1], interp[1], 1e-15));
+    EXPECT_TRUE(same(cpu[2], interp[2]));
+    EXPECT_TRUE(close(cpu[3], interp[3], 1e-6));
+  }
+}
+
 }  // namespace
 }  // namespace palladium::cpu_test

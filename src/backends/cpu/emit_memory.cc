@@ -108,13 +108,32 @@ void Emitter::emit_load(const ir::Inst& in) {
          (other.empty() ? ct + "(0)" : other) + ";");
     return;
   }
-  declare_tile(r);
+  // In place: vN points at the block inside the array when all of it is there (decided at run
+  // time), else at a copy. Copying first made an add at one thread read its two inputs one after
+  // the other instead of together: half the bandwidth of the same loop over the arrays.
+  const bool in_place = reads_in_place(in);
+  const std::string tile = in_place ? name(r) + "_copy" : name(r);
+  if (in_place) {
+    line("const " + ct + "* " + name(r) + ";");
+    declare_array(tile, t, numel(type(r).shape));
+  } else {
+    declare_tile(r);
+  }
   open("");
   const Access a = plan_access(in);
   const std::string step = std::to_string(a.steps.back()), count = std::to_string(a.counts.back());
+  bool contiguous = in_place && a.steps.back() == 1;
+  for (size_t d = 0; contiguous && d + 1 < a.counts.size(); ++d) contiguous = a.steps[d] == a.steps[d + 1] * a.counts[d + 1];
+  if (contiguous) {
+    std::string whole = a.ok();
+    for (size_t d = 0; d < a.counts.size(); ++d)
+      whole += " && " + a.lo(d) + " == 0 && " + a.hi(d) + " == " + std::to_string(a.counts[d]);
+    line("if (" + whole + ") " + name(r) + " = " + base + " + " + a.off() + ";");
+    open("else");
+  }
   emit_rows(a, [&](const std::string& flat, const std::string& off, const std::string& lo, const std::string& hi) {
     if (mask.empty()) {
-      line("pl_cpu::load_row<" + ct + ">(" + name(r) + " + " + flat + ", " + base + ", " + off + ", " + step + ", " + count +
+      line("pl_cpu::load_row<" + ct + ">(" + tile + " + " + flat + ", " + base + ", " + off + ", " + step + ", " + count +
            ", " + lo + ", " + hi + ");");
     } else {
       line("pl_cpu::load_row_masked<" + ct + ">(" + name(r) + " + " + flat + ", " + base + ", " + off + ", " + step + ", " +
@@ -122,7 +141,21 @@ void Emitter::emit_load(const ir::Inst& in) {
            (other.empty() ? "static_cast<const " + ct + "*>(nullptr)" : other + " + " + flat) + ");");
     }
   });
+  if (in_place) line(name(r) + " = " + tile + ";");
+  if (contiguous) close();
   close();
+}
+
+bool Emitter::reads_in_place(const ir::Inst& load) const {
+  const ir::ValueId r = load.results[0];
+  const ir::RefParam& p = kernel_.refs[static_cast<size_t>(load.i0)];
+  // Inputs only (they never change during a call; aliased outputs are copies), no mask or
+  // gather, storage read as it is, and only elementwise loops reading it (they index vN[i]).
+  if (p.is_output || load.i1 != 0 || kind(r) != ValueKind::Tile) return false;
+  if (std::string(compute_type(p.dtype)) != storage_type(p.dtype)) return false;
+  for (const ir::Inst* u : users(r))
+    if (!group_of_.count(u)) return false;
+  return !users(r).empty();
 }
 
 void Emitter::emit_matrix_view(const ir::Inst& in) {

@@ -110,6 +110,8 @@ class Emitter {
   Access plan_access(const ir::Inst& in);
   void emit_rows(const Access& a, const RowEmitter& row);
   void emit_load(const ir::Inst& in);
+  // A load from an input ref whose every user is an elementwise loop: read in place (see emit_load).
+  bool reads_in_place(const ir::Inst& load) const;
   void emit_matrix_view(const ir::Inst& in);
   void emit_store(const ir::Inst& in);
   void emit_atomic(const ir::Inst& in);
