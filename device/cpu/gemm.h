@@ -41,7 +41,6 @@ template <class T> PL_INLINE MatrixOut<T> dense_out(T* data, int64_t rows, int64
   return {data, 0, cols, 1, 0, rows, 0, cols};
 }
 
-
 // ---- the precompiled float32 GEMM's arguments (Launch::gemm_f32 takes a GemmArgs*) ----
 
 enum GemmStorage : int32_t { kGemmFloat32 = 0, kGemmFloat16 = 1, kGemmBFloat16 = 2 };
@@ -61,9 +60,18 @@ template <class T> PL_INLINE GemmOperand gemm_operand(const MatrixIn<T>& m) {
   return {m.base, m.offset, m.row_stride, m.col_stride, m.row_lo, m.row_hi, m.col_lo, m.col_hi, gemm_storage<T>()};
 }
 
-// C (=|+=) A B for an M x K by K x N product. packed_a and packed_b are the caller's scratch, at
-// least (min(M, 512) + 16) * min(K, 512) and (min(N, 2048) + 64) * min(K, 512) floats: bounds for
-// every instruction set's blocking (MR <= 16, NR <= 64, MC <= 512, KC <= 512, NC = 2048).
+// Limits on every build's blocking (src/backends/cpu/gemm/blocked_gemm.h checks its own against
+// them): the kernel sizes the packing scratch without knowing which build will run.
+inline constexpr int64_t kGemmMaxMR = 16, kGemmMaxNR = 64, kGemmMaxMC = 512, kGemmMaxKC = 512, kGemmMaxNC = 2048;
+constexpr int64_t gemm_packed_a_floats(int64_t m, int64_t k) {
+  return ((m < kGemmMaxMC ? m : kGemmMaxMC) + kGemmMaxMR) * (k < kGemmMaxKC ? k : kGemmMaxKC);
+}
+constexpr int64_t gemm_packed_b_floats(int64_t n, int64_t k) {
+  return ((n < kGemmMaxNC ? n : kGemmMaxNC) + kGemmMaxNR) * (k < kGemmMaxKC ? k : kGemmMaxKC);
+}
+
+// C (=|+=) A B for an M x K by K x N product. packed_a and packed_b are the caller's scratch, of
+// gemm_packed_a_floats(M, K) and gemm_packed_b_floats(N, K) floats.
 struct GemmArgs {
   GemmOperand a, b;
   MatrixOut<float> c;

@@ -20,7 +20,7 @@ TEST_P(CpuGemmBuilds, DotMatchesFloat64AndTheInterpreter) {
   const std::string build = GetParam();
   ScopedEnv choose("PALLADIUM_CPU_GEMM", build);
   try {
-    pl::cpu::gemm_for_this_cpu();
+    EXPECT_EQ(pl::cpu::gemm_for_this_cpu().name, build);  // the run below uses this build
   } catch (const pl::Error& e) {
     GTEST_SKIP() << e.what();  // an instruction set this CPU lacks
   }

@@ -10,17 +10,13 @@
 #include <algorithm>
 
 #include "backends/cpu/emitter.h"
+#include "device/cpu/gemm.h"
 
 namespace palladium::cpu {
 
 namespace {
 
 bool is_f32_dot(DType operand) { return operand == DType::float16 || operand == DType::bfloat16 || operand == DType::float32; }
-
-// Upper bounds of the GEMM's packing buffers for any build's geometry (gemm.h's GemmArgs: MR <= 16,
-// NR <= 64, MC <= 512, KC <= 512, NC = 2048): the kernel does not know which build will run.
-int64_t packed_a_bound(int64_t m, int64_t k) { return (std::min<int64_t>(m, 512) + 16) * std::min<int64_t>(k, 512); }
-int64_t packed_b_bound(int64_t n, int64_t k) { return (std::min<int64_t>(n, 2048) + 64) * std::min<int64_t>(k, 512); }
 
 }  // namespace
 
@@ -81,8 +77,8 @@ void Emitter::emit_gemm(const ir::Inst& dot, const std::string& out, bool accumu
   const std::string sizes = std::to_string(m) + ", " + std::to_string(n) + ", " + std::to_string(k);
   const std::string acc = accumulate ? "true" : "false";
   if (is_f32_dot(operand)) {
-    gemm_scratch_a_ = std::max(gemm_scratch_a_, packed_a_bound(m, k));
-    gemm_scratch_b_ = std::max(gemm_scratch_b_, packed_b_bound(n, k));
+    gemm_scratch_a_ = std::max(gemm_scratch_a_, pl_cpu::gemm_packed_a_floats(m, k));
+    gemm_scratch_b_ = std::max(gemm_scratch_b_, pl_cpu::gemm_packed_b_floats(n, k));
     line("pl_cpu::gemm_f32(launch, " + a + ", " + b + ", " + out + ", " + sizes + ", " + acc + ", gemm_scratch_a, gemm_scratch_b);");
   } else {
     // float64 accumulates in double; integers in int64, wrapped to the result width on the store.

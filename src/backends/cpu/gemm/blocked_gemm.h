@@ -30,7 +30,10 @@ inline constexpr int kGemmLanes = 4, kGemmMR = 6, kGemmVectorsPerRow = 2;
 inline constexpr int64_t kGemmKC = 256;
 #endif
 inline constexpr int kGemmNR = kGemmLanes * kGemmVectorsPerRow;
-inline constexpr int64_t kGemmMC = 32 * kGemmMR, kGemmNC = 2048;
+inline constexpr int64_t kGemmMC = 32 * kGemmMR, kGemmNC = kGemmMaxNC;
+// The kernels size the packing scratch from gemm.h's limits (gemm_packed_a_floats, ...).
+static_assert(kGemmMR <= kGemmMaxMR && kGemmNR <= kGemmMaxNR && kGemmMC <= kGemmMaxMC && kGemmKC <= kGemmMaxKC,
+              "this build's blocking exceeds the packing scratch that kernels allocate");
 typedef float GemmVector __attribute__((vector_size(kGemmLanes * sizeof(float))));
 
 constexpr int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -46,8 +49,8 @@ template <class V> PL_INLINE void gemm_write_vector(float* p, V out, bool accumu
 }
 
 // C tile (MR x NR, row stride ldc) (=|+=) sum over k of a_panel[k][0..MR) (x) b_panel[k][0..NR).
-// Contraction to fused multiply-add is enabled here only (the library compiles with
-// -ffp-contract=off so elementwise code rounds like the interpreter).
+// Contraction to fused multiply-add is asked for here (kernels compile with -ffp-contract=off, so
+// that elementwise code rounds like the interpreter; the GEMM may fuse).
 #if defined(__clang__)
 #define PL_CONTRACT_FAST_FUNCTION
 #define PL_CONTRACT_FAST_BODY _Pragma("clang fp contract(fast)")
@@ -59,7 +62,7 @@ template <class V> PL_INLINE void gemm_write_vector(float* p, V out, bool accumu
 #define PL_GEMM_ASM_KERNEL 1
 // The AVX2 6x16 micro-kernel for packed panels, its k loop in assembly: the compiler, short of the
 // 16 ymm registers, folds B's loads into the multiply-adds (three loads per FMA pair instead of
-// one), which costs a tenth of the speed. Accumulators are operands; B uses ymm12-13, A ymm14-15.
+// one), which measured 5-10% slower on a whole GEMM. Accumulators are operands; B uses ymm12-13, A ymm14-15.
 #define PL_GEMM_STEP(k)                                   \
   "vmovups " #k "*64(%[b]), %%ymm12\n\t"                  \
   "vmovups " #k "*64+32(%[b]), %%ymm13\n\t"               \
@@ -81,8 +84,10 @@ template <class V> PL_INLINE void gemm_write_vector(float* p, V out, bool accumu
   "vbroadcastss " #k "*24+20(%[a]), %%ymm15\n\t"          \
   "vfmadd231ps %%ymm12, %%ymm15, %[c50]\n\t"              \
   "vfmadd231ps %%ymm13, %%ymm15, %[c51]\n\t"
-PL_CONTRACT_FAST_FUNCTION __attribute__((noinline)) inline void gemm_packed_kernel_avx2(int64_t kc, const float* a, const float* b, float* c, int64_t ldc,
-                                                                bool accumulate) {
+PL_CONTRACT_FAST_FUNCTION __attribute__((noinline)) inline void gemm_packed_kernel_avx2(int64_t kc, const float* a,
+                                                                                           const float* b, float* c,
+                                                                                           int64_t ldc, bool accumulate) {
+  static_assert(kGemmMR == 6 && kGemmNR == 16, "the assembly's panel steps (24 and 64 bytes) assume 6 x 16");
   typedef float V8 __attribute__((vector_size(32)));
   V8 c00{}, c01{}, c10{}, c11{}, c20{}, c21{}, c30{}, c31{}, c40{}, c41{}, c50{}, c51{};
   int64_t blocks = kc / 4;
@@ -291,15 +296,6 @@ void gemm_f32(const MatrixIn<TA>& a, const MatrixIn<TB>& b, const MatrixOut<floa
     }
   }
 }
-
-// Scratch sizes for gemm_f32 with static shapes (the generated code declares them on the stack).
-inline constexpr int64_t gemm_packed_a_size(int64_t m, int64_t k) {
-  return round_up(m < kGemmMC ? m : kGemmMC, kGemmMR) * (k < kGemmKC ? k : kGemmKC);
-}
-inline constexpr int64_t gemm_packed_b_size(int64_t n, int64_t k) {
-  return round_up(n < kGemmNC ? n : kGemmNC, kGemmNR) * (k < kGemmKC ? k : kGemmKC);
-}
-
 
 template <class T> MatrixIn<T> gemm_matrix_in(const GemmOperand& o) {
   return {static_cast<const T*>(o.base), o.offset, o.row_stride, o.col_stride, o.row_lo, o.row_hi, o.col_lo, o.col_hi};

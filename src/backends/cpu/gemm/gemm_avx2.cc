@@ -1,5 +1,5 @@
-// The blocked GEMM built for AVX2 and FMA (its micro-kernel's k loop in assembly);
-// CMakeLists.txt gives this file its instruction-set flags. The anonymous namespace keeps this build's code apart from the others'.
+// The blocked GEMM built for AVX2 and FMA (its micro-kernel's k loop in assembly), with the
+// flags CMakeLists.txt gives this file. The anonymous namespace keeps each build's code its own.
 #if defined(__x86_64__)
 #include <stdint.h>
 

@@ -1,5 +1,5 @@
-// The blocked GEMM built for AVX-512, 6 x 64 tiles with KC 384; CMakeLists.txt gives this file its
-// instruction-set flags. The anonymous namespace keeps this build's code apart from the others'.
+// The blocked GEMM built for AVX-512, 6 x 64 tiles with KC 384, with the flags CMakeLists.txt
+// gives this file. The anonymous namespace keeps each build's code its own.
 #if defined(__x86_64__)
 #include <stdint.h>
 

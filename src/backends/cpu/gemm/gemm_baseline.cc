@@ -1,5 +1,5 @@
-// The blocked GEMM built for the target's default instruction set (SSE2 on x86-64); CMakeLists.txt gives this file its
-// instruction-set flags. The anonymous namespace keeps this build's code apart from the others'.
+// The blocked GEMM built for the target's default instruction set (SSE2 on x86-64). The
+// anonymous namespace keeps each build's code its own.
 #include <stdint.h>
 
 #include "backends/cpu/gemm/gemm_dispatch.h"

@@ -36,7 +36,7 @@ const GemmBuild kBuilds[] = {
 };
 
 const GemmBuild& default_build() {
-  static const GemmBuild& chosen = [&]() -> const GemmBuild& {
+  static const GemmBuild& chosen = []() -> const GemmBuild& {
 #if defined(__x86_64__)
     __builtin_cpu_init();
     if (has_avx512() && __builtin_cpu_is("amd")) return kBuilds[1];
