@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
   }
 
   std::printf("\njit compile time of the naive loop (trace + optimise + compile + first run):\n");
-  for (int64_t t : {T, 2 * T}) {
+  for (int64_t t : {T, 2 * T, 10 * T}) {
     Array xt = place(pl::random::normal(keys[0], {t, F}));
     auto fresh = pl::jit(naive);
     auto a = std::chrono::steady_clock::now();

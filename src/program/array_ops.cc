@@ -229,8 +229,7 @@ Array broadcast_to(const Array& x, Shape shape) {
 Array concatenate(const std::vector<Array>& xs, int64_t axis) {
   PL_CHECK(!xs.empty(), "concatenate: needs at least one array", program::trace_location());
   if (xs.size() == 1) return xs[0];
-  // A generated kernel takes at most 24 refs: longer lists concatenate in chunks.
-  constexpr size_t kChunk = 16;
+  constexpr size_t kChunk = program::kMaxConcatOperands;
   if (xs.size() > kChunk) {
     std::vector<Array> parts;
     for (size_t i = 0; i < xs.size(); i += kChunk)

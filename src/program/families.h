@@ -16,6 +16,9 @@ enum class Family : uint8_t {
   scan, while_loop, cond, constraint, collective
 };
 Family family_of(Prim p);
+// A generated kernel takes at most 24 refs: a concatenate of more operands runs as a tree.
+constexpr size_t kMaxConcatOperands = 16;
+
 // Fusible into one generated elementwise kernel.
 bool is_elementwise(Prim p);
 

@@ -25,6 +25,11 @@ std::vector<Array> eval_program(const Program& p, const std::vector<Array>& ins)
 // Common-subexpression elimination, then dead-code elimination.
 Program optimize(const Program& p);
 
+// Runs of identical iterations that a C++ loop unrolled while tracing become scans again, where the
+// scan's body is one elementwise kernel (reroll.cc has the conditions); the program is unchanged
+// otherwise.
+Program reroll_loops(const Program& p);
+
 // Reverse mode: a program from (inputs..., output cotangents...) to (outputs..., cotangents of the
 // inputs marked in `wrt`; undefined where no gradient flows).
 Program vjp_program(const Program& p, const std::vector<bool>& wrt, Device device);

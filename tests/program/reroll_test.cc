@@ -1,0 +1,145 @@
+// Rerolling under jit: loops that C++ unrolled while tracing become scans again when their body is
+// elementwise, and every other program keeps its meaning. Each case is checked against the same
+// function run eagerly (op by op) and, for IndRNN, against the float64 loop.
+#include <gtest/gtest.h>
+
+#include "palladium/palladium.h"
+#include "ops/indrnn.h"
+
+namespace pl = palladium;
+using pl::Array;
+using pl::Shape;
+
+namespace {
+
+std::vector<std::string> host_backends() {
+  std::vector<std::string> r{"interpret"};
+  for (const std::string& b : pl::available_backends())
+    if (b == "cpu") r.push_back(b);
+  return r;
+}
+
+class Reroll : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { scope_ = std::make_unique<pl::BackendScope>(GetParam()); }
+  std::unique_ptr<pl::BackendScope> scope_;
+};
+
+Array randn(Shape s, uint64_t seed) { return pl::random::normal(pl::random::key(seed), std::move(s)); }
+
+std::string optimized_part(const std::string& lowered) {
+  const size_t from = lowered.find("--- optimized ---");
+  return lowered.substr(from, lowered.find("--- steps") - from);
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The IndRNN blog's naive loop.
+Array naive(const Array& x, const Array& u, const Array& h0) {
+  std::vector<Array> hs;
+  Array h = h0;
+  for (int64_t t = 0; t < x.shape()[0]; ++t) {
+    h = pl::nn::relu(u * h + pl::lax::index(x, t));
+    hs.push_back(h);
+  }
+  return pl::jnp::stack(hs);
+}
+
+TEST_P(Reroll, NaiveIndRnnLoopBecomesOneFusedScan) {
+  const int64_t T = 40, F = 24;
+  Array x = randn({T, F}, 1), u = pl::random::uniform(pl::random::key(2), {F}, pl::f32, 0.5, 1.0), h0 = randn({F}, 3);
+  auto f = pl::jit(naive);
+  const std::string lowered = f.lower(x, u, h0);
+  const std::string opt = optimized_part(lowered);
+  EXPECT_EQ(count(opt, "scan"), 1u) << opt;
+  EXPECT_EQ(count(opt, " slice"), 0u) << opt;  // x[t] is the scan's xs
+  EXPECT_NE(lowered.find("(1 kernels)"), std::string::npos) << lowered;  // scan_fused
+  EXPECT_LT(pl::rel_error(f(x, u, h0), pl::ops::indrnn_reference(x, u, h0)), 1e-6);
+  // The rerolled program has the same size at any trip count.
+  Array longer = randn({10 * T, F}, 4);
+  EXPECT_EQ(count(optimized_part(f.lower(longer, u, h0)), "\n"), count(opt, "\n"));
+  EXPECT_LT(pl::rel_error(f(longer, u, h0), pl::ops::indrnn_reference(longer, u, h0)), 1e-6);
+}
+
+TEST_P(Reroll, TwoCarriesInvariantsAndAnOffsetWindow) {
+  // Rows 3 .. T-2 only (the xs is a slice of x), two carries, two stacked outputs and the final
+  // carries returned; the first iteration is peeled by the loop itself (a different op).
+  auto f = [](const Array& x, const Array& w) {
+    Array a = pl::jnp::tanh(pl::lax::index(x, 2)), b = w * 0.5;
+    std::vector<Array> as, bs;
+    for (int64_t t = 3; t < x.shape()[0] - 1; ++t) {
+      Array xt = pl::lax::index(x, t);
+      Array na = pl::jnp::tanh(a * w + xt) - 0.25 * b;
+      b = pl::jnp::maximum(b, na) * 0.9;
+      a = na;
+      as.push_back(a);
+      bs.push_back(b * 2.0);
+    }
+    return std::make_tuple(pl::jnp::stack(as), pl::jnp::stack(bs), a, b);
+  };
+  Array x = randn({20, 5, 3}, 5), w = randn({5, 3}, 6);
+  auto jf = pl::jit(f);
+  const std::string opt = optimized_part(jf.lower(x, w));
+  EXPECT_EQ(count(opt, "scan"), 1u) << opt;
+  auto [as, bs, a, b] = f(x, w);
+  auto [jas, jbs, ja, jb] = jf(x, w);
+  EXPECT_LT(pl::rel_error(jas, as), 1e-6);
+  EXPECT_LT(pl::rel_error(jbs, bs), 1e-6);
+  EXPECT_LT(pl::rel_error(ja, a), 1e-6);
+  EXPECT_LT(pl::rel_error(jb, b), 1e-6);
+}
+
+TEST_P(Reroll, LoopsThatAreNotOneElementwiseScanStayUnrolled) {
+  Array x = randn({8, 6}, 7), m = randn({6, 6}, 8), h0 = randn({6}, 9);
+  // A matmul in the body: the scan would not be one kernel.
+  auto with_matmul = [](const Array& xs, const Array& mm, const Array& h) {
+    Array c = h;
+    for (int64_t t = 0; t < xs.shape()[0]; ++t) c = pl::jnp::tanh(pl::jnp::matmul(mm, c) + pl::lax::index(xs, t));
+    return c;
+  };
+  // An iteration's value read by itself afterwards (not stacked, not the last carry).
+  auto middle_read = [](const Array& xs, const Array& mm, const Array& h) {
+    std::vector<Array> hs;
+    Array c = h;
+    for (int64_t t = 0; t < xs.shape()[0]; ++t) {
+      c = pl::jnp::sin(c) + pl::lax::index(xs, t);
+      hs.push_back(c);
+    }
+    return hs[3] * pl::jnp::sum(mm) + c;
+  };
+  // Too few trips to be worth a scan.
+  auto short_loop = [](const Array& xs, const Array& mm, const Array& h) {
+    Array c = h;
+    for (int64_t t = 0; t < 3; ++t) c = pl::jnp::cos(c) * pl::lax::index(xs, t) + pl::lax::index(mm, 0);
+    return c;
+  };
+  for (const auto& f : {std::function<Array(const Array&, const Array&, const Array&)>(with_matmul),
+                        std::function<Array(const Array&, const Array&, const Array&)>(middle_read),
+                        std::function<Array(const Array&, const Array&, const Array&)>(short_loop)}) {
+    auto jf = pl::jit(f);
+    EXPECT_EQ(count(optimized_part(jf.lower(x, m, h0)), "scan"), 0u);
+    EXPECT_LT(pl::rel_error(jf(x, m, h0), f(x, m, h0)), 1e-6);
+  }
+}
+
+TEST_P(Reroll, GradOfTheJittedNaiveLoopKeepsItsValue) {
+  // grad under jit: the backward reads every iteration's forward values one by one, so the forward
+  // loop is left unrolled (values of a middle iteration read after the run); the result must not move.
+  Array x = randn({12, 7}, 10), u = pl::random::uniform(pl::random::key(11), {7}, pl::f32, 0.5, 1.0), h0 = randn({7}, 12);
+  auto loss = [](const Array& xx, const Array& uu, const Array& hh) { return pl::jnp::sum(naive(xx, uu, hh) * naive(xx, uu, hh)); };
+  auto g = pl::grad<0, 1>(loss);
+  auto jg = pl::jit(g);
+  auto [gx, gu] = g(x, u, h0);
+  auto [jgx, jgu] = jg(x, u, h0);
+  EXPECT_LT(pl::rel_error(jgx, gx), 1e-5);
+  EXPECT_LT(pl::rel_error(jgu, gu), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Reroll, ::testing::ValuesIn(host_backends()),
+                         [](const auto& param_info) { return param_info.param; });
+
+}  // namespace
