@@ -6,7 +6,9 @@
 //     backward through the custom VJP;
 //   - IndRNN, T=1000, F=1024 (peers: jax lax.scan and Pallas-Triton, in peers/jax_peers.py);
 //   - compile time of the attention kernel, cold and from the disk cache;
-//   - the launch overhead of a tiny kernel.
+//   - the launch overhead of a tiny kernel;
+//   - the program level ("program"): a jitted chain of 8 ops against one pallas_call, and the host
+//     dispatch cost of a jitted 21-op program, a mixed one and an eager op.
 // Kernel times are CUDA-event medians around each launch (the backend's launch timing); "call"
 // times are host wall-clock per pallas_call including tracing-cache lookups and allocation.
 #include <algorithm>
@@ -547,6 +549,102 @@ void bench_launch() {
   palladium::cuda::set_launch_timing(true);
 }
 
+// ---------------------------------------------------------------- the program level
+
+// The chain of 8 elementwise ops of the fused-chain benchmark, for Arrays (jit) and Values (kernel).
+template <class T> T chain8(const T& a, const T& b) {
+  T h = a * b;
+  h = h + a;
+  h = jnp::tanh(h);
+  h = h * 0.5;
+  h = h - b;
+  h = jnp::maximum(h, a);
+  return jnp::exp(h * 0.1);
+}
+
+// 21 elementwise equations that do not repeat (so no rerolling): one fused kernel under jit.
+pl::Array program21(const pl::Array& a, const pl::Array& b) {
+  pl::Array h = a * b;
+  h = jnp::sin(h + a) * 0.5;
+  h = jnp::exp((jnp::cos(h) - b) * 0.1);
+  h = jnp::tanh(h);
+  h = jnp::log(jnp::sqrt(h * h + 1.0));
+  h = jnp::minimum(jnp::maximum(h, a), 2.0);
+  h = h / (jnp::abs(b) + 1.0);
+  return jnp::abs(-h) * a;
+}
+
+// A 20-equation program of several kernels: matmuls, reductions, a transpose and elementwise ops.
+pl::Array program_mixed(const pl::Array& a, const pl::Array& b) {
+  pl::Array s = jnp::matmul(a, b);
+  s = s - jnp::max(s, {1}, true);
+  pl::Array e = jnp::exp(s);
+  pl::Array p = e / jnp::sum(e, {1}, true);
+  pl::Array t = jnp::transpose(p, {1, 0});
+  pl::Array o = jnp::matmul(t, a) * 0.5 + b;
+  return jnp::tanh(o) + jnp::mean(o, {0}, true);
+}
+
+// Host wall time per call of `call` over n back-to-back calls (the device work queues behind).
+double per_call_us(const std::function<void()>& call, int n) {
+  call();
+  pl::synchronize(gpu());
+  auto t0 = Clock::now();
+  for (int i = 0; i < n; ++i) call();
+  pl::synchronize(gpu());
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n;
+}
+
+void bench_program() {
+  palladium::cuda::set_launch_timing(false);
+  {
+    // Fused chain: 8 ops on 2^26 float32 under jit against the same chain as one pallas_call.
+    const int64_t n = int64_t{1} << 26, block = 8192;
+    pl::Array x = pl::to_device(pl::random::normal(pl::random::key(5), {n}), gpu());
+    pl::Array y = pl::to_device(pl::random::normal(pl::random::key(6), {n}), gpu());
+    auto jitted = pl::jit([](const pl::Array& a, const pl::Array& b) { return chain8<pl::Array>(a, b); });
+    auto spec = pl::BlockSpec({block}, [](pl::Index i) { return pl::idx(i); });
+    auto kernel = pl::pallas_call([](pl::Ref a, pl::Ref b, pl::Ref o) { o[pl::all] = chain8<pl::Value>(a[pl::all], b[pl::all]); },
+                                  pl::ShapeDtype({n}, pl::f32),
+                                  {.grid = {n / block}, .in_specs = {spec, spec}, .out_specs = {spec}, .name = "chain8", .backend = "cuda"});
+    pl::Array r = jitted(x, y), k = kernel(x, y);
+    check("jitted chain of 8 vs the same pallas_call (relative)", pl::rel_error(pl::to_host(r), pl::to_host(k)), 1e-6);
+    const pl::Array hx = pl::to_host(x), hy = pl::to_host(y), hr = pl::to_host(r);
+    double err = 0;
+    for (int64_t i = 7; i < n; i += 65537) {
+      double h = std::exp(std::max(std::tanh(hx.get(i) * hy.get(i) + hx.get(i)) * 0.5 - hy.get(i), hx.get(i)) * 0.1);
+      err = std::max(err, std::abs(hr.get(i) - h) / std::max(std::abs(h), 1e-30));
+    }
+    check("jitted chain of 8 vs float64 (sampled, max relative)", err, 1e-5);
+    const double ms_jit = events_ms([&] { r = jitted(x, y); }, 20);
+    const double ms_kernel = events_ms([&] { k = kernel(x, y); }, 20);
+    report("chain of 8 f32", "2^26", "one pallas_call", ms_kernel, gbps(12.0 * n, ms_kernel));
+    report("chain of 8 f32", "2^26", "jit of 8 Array ops", ms_jit,
+           gbps(12.0 * n, ms_jit) + ", " + std::to_string(ms_kernel / ms_jit).substr(0, 4) + "x the kernel");
+  }
+  {
+    // Dispatch: host time per call on small device arrays, where the device work is ~a launch.
+    pl::Array a = pl::to_device(pl::random::normal(pl::random::key(7), {256}), gpu());
+    pl::Array b = pl::to_device(pl::random::normal(pl::random::key(8), {256}), gpu());
+    auto j21 = pl::jit(program21);
+    pl::Array out = j21(a, b);
+    check("jitted 21-op program vs eager", pl::rel_error(pl::to_host(out), pl::to_host(program21(a, b))), 1e-5);
+    std::printf("jitted 21-op program: %s\n", j21.lower(a, b).substr(j21.lower(a, b).find("--- steps")).c_str());
+    report("dispatch", "21 ops f32[256]", "jit, per call (host)", per_call_us([&] { out = j21(a, b); }, 2000) / 1e3, "");
+    report("dispatch", "1 op f32[256]", "eager a + b, per call (host)", per_call_us([&] { out = a + b; }, 2000) / 1e3, "");
+    report("dispatch", "21 ops f32[256]", "eager, per call (host)", per_call_us([&] { out = program21(a, b); }, 200) / 1e3, "");
+    pl::Array m = pl::to_device(pl::random::normal(pl::random::key(9), {32, 32}), gpu());
+    pl::Array w = pl::to_device(pl::random::normal(pl::random::key(10), {32, 32}), gpu());
+    auto jmixed = pl::jit(program_mixed);
+    out = jmixed(m, w);
+    check("jitted mixed program vs eager", pl::rel_error(pl::to_host(out), pl::to_host(program_mixed(m, w))), 1e-4);
+    const std::string steps = jmixed.lower(m, w);
+    std::printf("jitted mixed program: %s\n", steps.substr(steps.find("--- steps")).c_str());
+    report("dispatch", "mixed 20 ops f32[32,32]", "jit, per call (host)", per_call_us([&] { out = jmixed(m, w); }, 2000) / 1e3, "");
+  }
+  palladium::cuda::set_launch_timing(true);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- checked runs, sequential axes
@@ -652,6 +750,7 @@ int main(int argc, char** argv) {
       else if (p == "paged") bench_paged();
       else if (p == "grad-attention") bench_grad_attention();
       else if (p == "launch") bench_launch();
+      else if (p == "program") bench_program();
     } catch (const std::exception& e) {
       fail(p + ": " + e.what());
     }
