@@ -71,10 +71,27 @@ Program optimize(const Program& in) {
   std::vector<int> rename(p.types.size());
   for (size_t v = 0; v < rename.size(); ++v) rename[v] = static_cast<int>(v);
   std::map<std::string, std::vector<int>> seen;  // key -> results of the first equal equation
+  // Values equal to one everywhere (a `full` of 1, reshaped, broadcast or converted): a product
+  // with one is its other operand, exactly (grad's seed cotangent times the loss's weights).
+  std::vector<bool> one(p.types.size(), false);
   std::vector<Eqn> kept;
   kept.reserve(p.eqns.size());
   for (Eqn& e : p.eqns) {
     for (int& v : e.ins) v = rename[static_cast<size_t>(v)];
+    if (e.prim == Prim::full) one[static_cast<size_t>(e.outs[0])] = e.params.scalar == 1.0;
+    if ((e.prim == Prim::reshape || e.prim == Prim::broadcast || e.prim == Prim::convert) &&
+        one[static_cast<size_t>(e.ins[0])])
+      one[static_cast<size_t>(e.outs[0])] = true;
+    if (e.prim == Prim::mul) {
+      const int out = e.outs[0];
+      int other = -1;
+      for (size_t i = 0; i < 2 && other < 0; ++i)
+        if (one[static_cast<size_t>(e.ins[i])] && p.type(e.ins[1 - i]) == p.type(out)) other = e.ins[1 - i];
+      if (other >= 0) {
+        rename[static_cast<size_t>(out)] = other;
+        continue;
+      }
+    }
     std::ostringstream k;
     k << static_cast<int>(e.prim) << e.params.key();
     for (int v : e.ins) k << "," << v;

@@ -22,7 +22,7 @@ Device device_of(const std::vector<Array>& xs);
 std::vector<Array> bind_eqn(const Eqn& e, const std::vector<Array>& ins);
 std::vector<Array> eval_program(const Program& p, const std::vector<Array>& ins);
 
-// Common-subexpression elimination, then dead-code elimination.
+// Common-subexpression elimination (and products with one dropped), then dead-code elimination.
 Program optimize(const Program& p);
 
 // Runs of identical iterations that a C++ loop unrolled while tracing become scans again, where the

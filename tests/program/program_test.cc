@@ -31,6 +31,12 @@ class Program : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<pl::BackendScope> scope_;
 };
 
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 Array randn(Shape s, uint64_t seed) { return pl::random::normal(pl::random::key(seed), std::move(s)); }
 
 // Element-by-element float64 reference of a unary or binary function, with NumPy broadcasting
@@ -181,6 +187,24 @@ TEST_P(Program, JitRemovesCommonSubexpressionsAndDeadCode) {
   EXPECT_EQ(opt.find("exp("), std::string::npos) << opt;
   EXPECT_EQ(opt.find("reduce_sum") , opt.rfind("reduce_sum")) << opt;  // one sum left
   EXPECT_NEAR(f(x).get(0), 2 * 3 * pl::jnp::sum(x).get(0), 1e-4);
+}
+
+TEST_P(Program, JitDropsProductsWithOne) {
+  // x * ones (a full of one, broadcast) is x exactly; a product with ones that broadcasts x is not
+  // dropped (the result's shape is not x's), and neither is a product with 1.5.
+  auto f = pl::jit([](const Array& x) {
+    Array ones = pl::lax::full({4, 6}, 1.0);
+    return std::make_tuple(x * ones, pl::lax::full({3, 4, 6}, 1.0) * x, x * 1.5);
+  });
+  Array x = randn({4, 6}, 13);
+  const std::string lowered = f.lower(x);
+  const size_t from = lowered.find("--- optimized ---");
+  const std::string opt = lowered.substr(from, lowered.find("--- steps") - from);
+  EXPECT_EQ(count_of(opt, "mul("), 2u) << opt;
+  auto [a, b, c] = f(x);
+  EXPECT_EQ(pl::rel_error(a, x), 0.0);
+  EXPECT_EQ(pl::rel_error(pl::lax::index(b, 2), x), 0.0);
+  EXPECT_LT(pl::rel_error(c, x * 1.5), 1e-7);
 }
 
 TEST_P(Program, GradMatchesFiniteDifferences) {
