@@ -101,7 +101,7 @@ std::shared_ptr<JitState> make_jit_state(std::string name, std::string backend, 
 // Runs the flat function under jit: traced once per signature `key`, optimised, compiled and cached.
 // `trace` is called with tracers and returns the flat outputs; `on_trace` runs after each trace.
 std::vector<Array> jit_call(JitState& s, const std::string& key, const std::vector<Array>& flat, const FlatFn& trace);
-std::string jit_lower(JitState& s, const std::vector<Array>& flat, const FlatFn& trace);
+std::string jit_lower(JitState& s, const std::string& key, const std::vector<Array>& flat, const FlatFn& trace);
 int jit_trace_count(const JitState& s);
 
 // Reverse mode on a flat function: the primal outputs, and the cotangents of the inputs marked in
@@ -193,7 +193,9 @@ template <class F> class Jitted {
   template <class... A> std::string lower(const A&... args) const {
     std::tuple<A...> proto{args...};
     std::shared_ptr<void> out_proto;
-    return detail::jit_lower(*state_, detail::tree_flatten(proto), detail::flat_fn(f_, proto, out_proto));
+    // The same compiled entry as a call with these arguments (its describe() tells how it has run).
+    return detail::jit_lower(*state_, typeid(std::tuple<A...>).name(), detail::tree_flatten(proto),
+                             detail::flat_fn(f_, proto, out_proto));
   }
   int trace_count() const { return detail::jit_trace_count(*state_); }
 

@@ -1,6 +1,7 @@
 // Executable: fusion groups lowered to steps, then run in order over an environment of Arrays that
 // frees each value after its last use (the backends' allocators reuse the memory).
 #include "program/executor.h"
+#include "program/executor_step.h"
 
 #include <map>
 #include <mutex>
@@ -17,15 +18,6 @@
 #include "sharding/collectives.h"
 
 namespace palladium::program {
-
-struct Executable::Step {
-  enum class Kind { kernel, view, user_call, program_call, control, collective } kind = Kind::kernel;
-  KernelStep kernel;
-  std::vector<int> ins, outs;
-  const Eqn* eqn = nullptr;  // view, user_call, control: the equation (in program_)
-  std::vector<std::shared_ptr<Executable>> subs;
-  std::string label;
-};
 
 Array placed(const Array& a, Device d) {
   if (a.is_sharded()) return placed(to_host(a), d);  // eager ops on a sharded Array see its global value
@@ -122,6 +114,7 @@ std::shared_ptr<Executable> Executable::compile(const Program& p, Device device,
     }
     x->steps_.push_back(step);
   }
+  if (options.graphs && device.kind == Device::cuda) x->graph_ = make_graph_cache(*x);
   // Free each var after the last step that reads it (never the program's outputs).
   std::map<int, size_t> last_use;
   for (size_t k = 0; k < x->steps_.size(); ++k)
@@ -147,6 +140,7 @@ std::string Executable::describe() const {
     return s + ")";
   };
   for (const auto& s : steps_) os << "  " << s->label << " " << vars(s->ins) << " -> " << vars(s->outs) << "\n";
+  if (const std::string g = graph_status(); !g.empty()) os << "  (" << g << ")\n";
   return os.str();
 }
 
@@ -155,8 +149,17 @@ std::vector<Array> Executable::run(const std::vector<Array>& inputs) const {
   const Program& p = program_;
   PL_ASSERT(inputs.size() == p.inputs.size(), "program '", p.name, "' takes ", p.inputs.size(), " inputs, got ",
             inputs.size());
+  std::vector<Array> at_device;
+  for (const Array& a : inputs) at_device.push_back(placed(a, device_));
+  if (graph_)
+    if (std::optional<std::vector<Array>> r = run_graphed(at_device)) return std::move(*r);
+  return run_steps(at_device, nullptr);
+}
+
+std::vector<Array> Executable::run_steps(const std::vector<Array>& inputs, std::vector<Array>* keep) const {
+  const Program& p = program_;
   std::vector<Array> env(p.types.size());
-  for (size_t i = 0; i < inputs.size(); ++i) env[static_cast<size_t>(p.inputs[i])] = placed(inputs[i], device_);
+  for (size_t i = 0; i < inputs.size(); ++i) env[static_cast<size_t>(p.inputs[i])] = inputs[i];
   for (size_t i = 0; i < p.consts.size(); ++i) env[static_cast<size_t>(p.const_vars[i])] = p.consts[i];
   auto read = [&](const std::vector<int>& vs) {
     std::vector<Array> a;
@@ -201,9 +204,12 @@ std::vector<Array> Executable::run(const std::vector<Array>& inputs) const {
         break;
     }
     for (size_t o = 0; o < s.outs.size(); ++o) env[static_cast<size_t>(s.outs[o])] = std::move(outs[o]);
-    for (int v : frees_[k]) env[static_cast<size_t>(v)] = Array();
+    if (!keep)
+      for (int v : frees_[k]) env[static_cast<size_t>(v)] = Array();
   }
-  return read(p.outputs);
+  std::vector<Array> result = read(p.outputs);
+  if (keep) *keep = std::move(env);
+  return result;
 }
 
 namespace {

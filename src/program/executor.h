@@ -2,6 +2,7 @@
 // nested programs for calls and loops) and run over Arrays on one device.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@ namespace palladium::program {
 struct CompileOptions {
   std::string backend;  // "" = array_backend(device)
   bool fuse = true;     // fuse elementwise chains into one kernel
+  bool graphs = false;  // on CUDA, record the launches of one run and replay them as a graph (jit)
 };
 
 class Executable {
@@ -22,15 +24,25 @@ class Executable {
   // The steps, one per line: what runs, e.g. "kernel fused_mul_add_max (%3, %4) -> %7".
   std::string describe() const;
   size_t num_kernels() const;
+  // How the program runs on CUDA: "replayed as a CUDA graph of N kernels", "recorded on the next
+  // run", "launched kernel by kernel: <why>" (executor_graph.cc); "" where graphs do not apply.
+  std::string graph_status() const;
 
   struct Step;
+  struct GraphCache;
 
  private:
+  std::vector<Array> run_steps(const std::vector<Array>& inputs, std::vector<Array>* keep) const;
+  // The run as a CUDA graph, or nothing when this run goes step by step (executor_graph.cc).
+  std::optional<std::vector<Array>> run_graphed(const std::vector<Array>& inputs) const;
+  static std::shared_ptr<GraphCache> make_graph_cache(const Executable& x);
+
   Program program_;
   Device device_;
   std::string backend_;
   std::vector<std::shared_ptr<Step>> steps_;
   std::vector<std::vector<int>> frees_;  // vars dead after each step
+  std::shared_ptr<GraphCache> graph_;    // jitted programs on CUDA
 };
 
 // `a` on device d (itself when it is there already); a sharded Array is gathered first.

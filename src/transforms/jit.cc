@@ -162,7 +162,7 @@ std::shared_ptr<JitState::Entry> entry(JitState& s, const std::string& key, cons
   e->traced = std::move(t.program);
   e->optimized = program::reroll_loops(program::optimize(e->traced));
   program::verify(e->optimized);
-  e->exe = Executable::compile(e->optimized, device, {s.backend, s.fuse});
+  e->exe = Executable::compile(e->optimized, device, {s.backend, s.fuse, /*graphs=*/true});
   s.entries[k.str()] = e;
   return e;
 }
@@ -175,8 +175,8 @@ std::vector<Array> jit_call(JitState& s, const std::string& key, const std::vect
   return entry(s, key, flat, trace)->exe->run(flat);
 }
 
-std::string jit_lower(JitState& s, const std::vector<Array>& flat, const FlatFn& trace) {
-  auto e = entry(s, "lower", flat, trace);
+std::string jit_lower(JitState& s, const std::string& key, const std::vector<Array>& flat, const FlatFn& trace) {
+  auto e = entry(s, key, flat, trace);
   return "--- traced ---\n" + program::print(e->traced) + "--- optimized ---\n" + program::print(e->optimized) +
          "--- steps (" + std::to_string(e->exe->num_kernels()) + " kernels) ---\n" + e->exe->describe();
 }

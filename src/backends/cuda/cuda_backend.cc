@@ -20,6 +20,7 @@
 #include "backends/common/disk_cache.h"
 #include "backends/cuda/codegen.h"
 #include "backends/cuda/device_runtime.h"
+#include "backends/cuda/launch_graph.h"
 #include "backends/cuda/nvrtc_compiler.h"
 #include "backends/cuda/stream.h"
 #include "backends/interp/interpreter.h"
@@ -256,6 +257,12 @@ class CudaExecutable final : public backend::Executable {
       return temporaries.back();
     };
     std::vector<Array> uploaded;  // host inputs of a device call, on the device for the launch
+    if (recording()) {  // a jitted program being recorded for a CUDA graph: one launch, nothing else
+      if (!on_device) mark_unusable("pallas_call '" + kernel_.name + "' copies host inputs");
+      if (!kernel_.aliases.empty()) mark_unusable("pallas_call '" + kernel_.name + "' aliases an input");
+      if (dk->scratch_bytes > 0 || !dk->prints.empty() || dk->checked || dk->num_programs == 0)
+        mark_unusable("pallas_call '" + kernel_.name + "' needs work besides its launch");
+    }
 
     std::vector<CUdeviceptr> ptrs;
     for (const ir::RefParam& p : kernel_.refs) {
@@ -266,6 +273,7 @@ class CudaExecutable final : public backend::Executable {
           record_use(device_ptr(a), stream);
           ptrs.push_back(device_ptr(a));
         } else if (on_device) {
+          mark_unusable("pallas_call '" + kernel_.name + "' moves an input between devices");
           uploaded.push_back(to_device(a, dev));
           ptrs.push_back(device_ptr(uploaded.back()));
         } else {  // host inputs stay alive until the stream is synchronized below
@@ -345,6 +353,13 @@ class CudaExecutable final : public backend::Executable {
                                           static_cast<unsigned>(dk->threads), 1, 1,
                                           static_cast<unsigned>(dk->shared_bytes), stream.handle, args.data(), nullptr);
       if (r != 0) throw Error(what + ": the launch failed: " + driver_error_text(r));
+      if (recording()) {
+        RecordedLaunch rec{lk.function, static_cast<unsigned>(gx), static_cast<unsigned>(gy),
+                           static_cast<unsigned>(dk->threads), static_cast<unsigned>(dk->shared_bytes), {}, ptrs.size()};
+        rec.args.assign(ptrs.begin(), ptrs.end());
+        rec.args.insert(rec.args.end(), {scratch, stride, flags, static_cast<uint64_t>(static_cast<uint32_t>(slots))});
+        record_launch(std::move(rec), stream);
+      }
       if (lt.on) {
         d.cuEventRecord(lt.stop, stream.handle);
         lt.recorded = true;

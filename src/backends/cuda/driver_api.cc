@@ -76,6 +76,15 @@ LoadedDriver load_driver() {
     out.why = "the CUDA driver library lacks " + missing + " (driver too old)";
     return out;
   }
+  std::string no_graphs;
+  bind(lib, a.cuGraphCreate, {"cuGraphCreate"}, no_graphs);
+  bind(lib, a.cuGraphAddKernelNode, {"cuGraphAddKernelNode_v2", "cuGraphAddKernelNode"}, no_graphs);
+  bind(lib, a.cuGraphInstantiateWithFlags, {"cuGraphInstantiateWithFlags"}, no_graphs);
+  bind(lib, a.cuGraphExecKernelNodeSetParams, {"cuGraphExecKernelNodeSetParams_v2", "cuGraphExecKernelNodeSetParams"}, no_graphs);
+  bind(lib, a.cuGraphLaunch, {"cuGraphLaunch"}, no_graphs);
+  bind(lib, a.cuGraphExecDestroy, {"cuGraphExecDestroy"}, no_graphs);
+  bind(lib, a.cuGraphDestroy, {"cuGraphDestroy"}, no_graphs);
+  a.has_graphs = no_graphs.empty();
   if (CUresult r = a.cuInit(0); r != 0) {
     out.why = "cuInit failed: " + std::to_string(r) + " (no usable NVIDIA GPU)";
     return out;
