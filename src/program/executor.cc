@@ -237,20 +237,30 @@ std::vector<Array> run_eager(Prim prim, const Params& params, const std::vector<
   // Equations with callees or regions hold pointers in their key: compiled afresh, never cached.
   if (params.callee || !params.regions.empty())
     return Executable::compile(single_equation(prim, params, ins, outs), device)->run(ins);
-  std::ostringstream k;
-  k << prim_name(prim) << params.key() << "|" << device.str() << "|" << array_backend(device);
-  for (const Array& a : ins) k << "|" << dtype_short_name(a.dtype()) << shape_str(a.shape());
+  // The cache key, appended into one string (an ostringstream per eager op cost more than the rest
+  // of the lookup).
+  std::string key = prim_name(prim);
+  key += params.key();
+  key += '|';
+  key += device.str();
+  key += '|';
+  key += array_backend(device);
+  for (const Array& a : ins) {
+    key += '|';
+    key += dtype_short_name(a.dtype());
+    key += shape_str(a.shape());
+  }
   static std::mutex mu;
   static std::map<std::string, std::shared_ptr<Executable>> cache;
   std::shared_ptr<Executable> exe;
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (auto it = cache.find(k.str()); it != cache.end()) exe = it->second;
+    if (auto it = cache.find(key); it != cache.end()) exe = it->second;
   }
   if (!exe) {
     exe = Executable::compile(single_equation(prim, params, ins, outs), device);
     std::lock_guard<std::mutex> lock(mu);
-    cache[k.str()] = exe;
+    cache[key] = exe;
   }
   return exe->run(ins);
 }

@@ -1,6 +1,7 @@
 // Program IR: names, parameter keys, the printer and the verifier.
 #include "program/program.h"
 
+#include <cstdio>
 #include <set>
 #include <sstream>
 
@@ -39,20 +40,38 @@ std::string type_str(const Type& t) {
 }
 
 std::string Params::key() const {
-  std::ostringstream s;
-  if (!axes.empty()) s << " axes=" << ints(axes);
-  if (!shape.empty()) s << " shape=" << ints(shape);
-  if (!lo.empty()) s << " lo=" << ints(lo) << " hi=" << ints(hi) << " step=" << ints(step);
-  if (dtype != DType::float32) s << " dtype=" << dtype_short_name(dtype);
-  if (scalar != 0.0) s << " value=" << ops::exact(scalar);
-  if (axis != 0) s << " axis=" << axis;
-  if (count != 0) s << " n=" << count;
-  if (count2 != 0) s << " m=" << count2;
-  if (flag) s << " flag";
-  if (!name.empty()) s << " name=" << name;
-  if (callee) s << " callee=" << callee.get();
-  for (const auto& r : regions) s << " region=" << r.get();
-  return s.str();
+  // Appended into one string: keys are built for every eager op and every equation CSE compares.
+  std::string s;
+  auto field = [&s](const char* name, const std::string& value) {
+    s += ' ';
+    s += name;
+    s += '=';
+    s += value;
+  };
+  if (!axes.empty()) field("axes", ints(axes));
+  if (!shape.empty()) field("shape", ints(shape));
+  if (!lo.empty()) {
+    field("lo", ints(lo));
+    field("hi", ints(hi));
+    field("step", ints(step));
+  }
+  if (dtype != DType::float32) field("dtype", dtype_short_name(dtype));
+  if (scalar != 0.0) field("value", ops::exact(scalar));
+  if (axis != 0) field("axis", std::to_string(axis));
+  if (count != 0) field("n", std::to_string(count));
+  if (count2 != 0) field("m", std::to_string(count2));
+  if (flag) s += " flag";
+  if (!name.empty()) field("name", name);
+  char pointer[32];
+  if (callee) {
+    std::snprintf(pointer, sizeof pointer, "%p", callee.get());
+    field("callee", pointer);
+  }
+  for (const auto& r : regions) {
+    std::snprintf(pointer, sizeof pointer, "%p", static_cast<const void*>(r.get()));
+    field("region", pointer);
+  }
+  return s;
 }
 
 std::string print(const Program& p) {

@@ -240,8 +240,12 @@ class CudaExecutable final : public backend::Executable {
     const LoadedKernel& lk = *dk->loaded;
     make_current(ordinal);
     const DriverApi& d = *driver();
-    const std::string what = "pallas_call '" + kernel_.name + "' on " + at.stream.str() + " (grid " +
-                             shape_str(kernel_.grid) + ", " + std::to_string(dk->threads) + " threads per program)";
+    // Named in errors only: built when one is reported (a launch costs a few microseconds, and
+    // this string was a tenth of the host's share of it).
+    auto what = [&] {
+      return "pallas_call '" + kernel_.name + "' on " + at.stream.str() + " (grid " + shape_str(kernel_.grid) + ", " +
+             std::to_string(dk->threads) + " threads per program)";
+    };
 
     // Temporaries are allocated for the launch stream and released as soon as the launch is queued:
     // the allocator gives them out again only in stream order, so nothing waits for them here.
@@ -268,7 +272,7 @@ class CudaExecutable final : public backend::Executable {
     for (const ir::RefParam& p : kernel_.refs) {
       if (!p.is_output) {
         const Array& a = inputs.at(static_cast<size_t>(p.operand));
-        PL_CHECK(a.defined(), what, ": input ", p.operand, " is undefined (none) but the kernel reads it");
+        PL_CHECK(a.defined(), what(), ": input ", p.operand, " is undefined (none) but the kernel reads it");
         if (a.device() == dev) {
           record_use(device_ptr(a), stream);
           ptrs.push_back(device_ptr(a));
@@ -278,7 +282,7 @@ class CudaExecutable final : public backend::Executable {
           ptrs.push_back(device_ptr(uploaded.back()));
         } else {  // host inputs stay alive until the stream is synchronized below
           const CUdeviceptr dp = temp(a.nbytes());
-          copy_to_device(dp, a.data(), a.nbytes(), stream, what + ": copying input " + std::to_string(p.operand));
+          copy_to_device(dp, a.data(), a.nbytes(), stream, what() + ": copying input " + std::to_string(p.operand));
           ptrs.push_back(dp);
         }
       } else {
@@ -292,7 +296,7 @@ class CudaExecutable final : public backend::Executable {
           ptrs.push_back(device_ptr(o));
         } else {
           const CUdeviceptr dp = temp(o.nbytes());
-          if (aliased) copy_to_device(dp, o.data(), o.nbytes(), stream, what + ": copying aliased output " + std::to_string(p.operand));
+          if (aliased) copy_to_device(dp, o.data(), o.nbytes(), stream, what() + ": copying aliased output " + std::to_string(p.operand));
           ptrs.push_back(dp);
         }
       }
@@ -314,7 +318,7 @@ class CudaExecutable final : public backend::Executable {
         flags = temp(sizeof(unsigned) * static_cast<size_t>(slots));
         make_current(ordinal);
         check_driver(d.cuMemsetD8Async(flags, 0, sizeof(unsigned) * static_cast<size_t>(slots), stream.handle),
-                     what + ": clearing scratch slots");
+                     what() + ": clearing scratch slots");
       }
       std::vector<void*> args;
       for (CUdeviceptr& p : ptrs) args.push_back(&p);
@@ -324,20 +328,20 @@ class CudaExecutable final : public backend::Executable {
       args.push_back(&slots);
       if (!dk->prints.empty()) {
         debug_buffer = temp(16 + debug_header[1]);
-        copy_to_device(debug_buffer, debug_header, sizeof(debug_header), stream, what + ": clearing the debug_print buffer");
+        copy_to_device(debug_buffer, debug_header, sizeof(debug_header), stream, what() + ": clearing the debug_print buffer");
         args.push_back(&debug_buffer);
       }
       if (dk->checked) {
         check_record = temp(kCheckRecordBytes);
         make_current(ordinal);
-        check_driver(d.cuMemsetD8Async(check_record, 0, kCheckRecordBytes, stream.handle), what + ": clearing the check record");
+        check_driver(d.cuMemsetD8Async(check_record, 0, kCheckRecordBytes, stream.handle), what() + ": clearing the check record");
         args.push_back(&check_record);
       }
       const DeviceInfo& info = device(ordinal);
       const int64_t max_x = info.max_grid_x > 0 ? info.max_grid_x : 2147483647;
       const int64_t gx = std::min<int64_t>(programs, max_x);
       const int64_t gy = (programs + gx - 1) / gx;
-      PL_CHECK(gy <= (info.max_grid_y > 0 ? info.max_grid_y : 65535), what, ": ", programs,
+      PL_CHECK(gy <= (info.max_grid_y > 0 ? info.max_grid_y : 65535), what(), ": ", programs,
                " programs exceed the launch grid's limits");
       LaunchTiming& lt = launch_timing();
       std::unique_lock<std::mutex> timing_lock(lt.mu, std::defer_lock);
@@ -352,7 +356,7 @@ class CudaExecutable final : public backend::Executable {
       const CUresult r = d.cuLaunchKernel(lk.function, static_cast<unsigned>(gx), static_cast<unsigned>(gy), 1,
                                           static_cast<unsigned>(dk->threads), 1, 1,
                                           static_cast<unsigned>(dk->shared_bytes), stream.handle, args.data(), nullptr);
-      if (r != 0) throw Error(what + ": the launch failed: " + driver_error_text(r));
+      if (r != 0) throw Error(what() + ": the launch failed: " + driver_error_text(r));
       if (recording()) {
         RecordedLaunch rec{lk.function, static_cast<unsigned>(gx), static_cast<unsigned>(gy),
                            static_cast<unsigned>(dk->threads), static_cast<unsigned>(dk->shared_bytes), {}, ptrs.size()};
@@ -368,8 +372,8 @@ class CudaExecutable final : public backend::Executable {
     }
     if (check_record) {  // a checked run waits for its kernel and reports the first failed check
       uint64_t rec[kCheckRecordBytes / 8] = {};
-      copy_to_host(rec, check_record, sizeof(rec), stream, what + ": reading the check record");
-      synchronize(stream, what + ": reading the check record");
+      copy_to_host(rec, check_record, sizeof(rec), stream, what() + ": reading the check record");
+      synchronize(stream, what() + ": reading the check record");
       if (rec[0] != 0) {
         backend::AccessFailure f{static_cast<int32_t>(rec[1]), static_cast<int32_t>(rec[2]), static_cast<int32_t>(rec[3]),
                                  static_cast<int64_t>(rec[4]),
@@ -378,17 +382,17 @@ class CudaExecutable final : public backend::Executable {
       }
     }
     if (debug_buffer) {  // the records are printed now, so this call waits for its kernel
-      synchronize(stream, what + ": the kernel failed");
+      synchronize(stream, what() + ": the kernel failed");
       uint64_t used = 0;
-      copy_to_host(&used, debug_buffer, sizeof(used), stream, what + ": reading debug_print output");
-      synchronize(stream, what + ": reading debug_print output");
+      copy_to_host(&used, debug_buffer, sizeof(used), stream, what() + ": reading debug_print output");
+      synchronize(stream, what() + ": reading debug_print output");
       std::string bytes(std::min<uint64_t>(used, debug_header[1]), '\0');
-      copy_to_host(bytes.data(), debug_buffer + 16, bytes.size(), stream, what + ": reading debug_print output");
-      synchronize(stream, what + ": reading debug_print output");
+      copy_to_host(bytes.data(), debug_buffer + 16, bytes.size(), stream, what() + ": reading debug_print output");
+      synchronize(stream, what() + ": reading debug_print output");
       print_debug_records(kernel_, dk->prints, bytes, used > debug_header[1]);
     }
     if (!on_device) {
-      const std::string copy_back = what + ": running the kernel and copying its results to the host";
+      const std::string copy_back = what() + ": running the kernel and copying its results to the host";
       for (const ir::RefParam& p : kernel_.refs) {
         if (!p.is_output) continue;
         Array& o = outputs.at(static_cast<size_t>(p.operand));
