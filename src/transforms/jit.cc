@@ -4,7 +4,6 @@
 #include <mutex>
 #include <optional>
 #include <set>
-#include <sstream>
 
 #include "program/executor.h"
 #include "program/families.h"
@@ -92,10 +91,12 @@ Program optimize(const Program& in) {
         continue;
       }
     }
-    std::ostringstream k;
-    k << static_cast<int>(e.prim) << e.params.key();
-    for (int v : e.ins) k << "," << v;
-    auto [it, fresh] = seen.emplace(k.str(), e.outs);
+    std::string k = std::to_string(static_cast<int>(e.prim)) + e.params.key();
+    for (int v : e.ins) {
+      k += ',';
+      k += std::to_string(v);
+    }
+    auto [it, fresh] = seen.emplace(std::move(k), e.outs);
     if (!fresh) {
       for (size_t o = 0; o < e.outs.size(); ++o) rename[static_cast<size_t>(e.outs[o])] = it->second[o];
       continue;
@@ -150,11 +151,16 @@ namespace {
 std::shared_ptr<JitState::Entry> entry(JitState& s, const std::string& key, const std::vector<Array>& flat,
                                        const FlatFn& trace) {
   const Device device = program::device_of(flat);
-  std::ostringstream k;
-  k << key << "|" << device.str();
-  for (const Array& a : flat) k << "|" << dtype_short_name(a.dtype()) << shape_str(a.shape());
+  std::string k = key;  // appended, not streamed: this runs on every call
+  k += '|';
+  k += device.str();
+  for (const Array& a : flat) {
+    k += '|';
+    k += dtype_short_name(a.dtype());
+    k += shape_str(a.shape());
+  }
   std::lock_guard<std::mutex> lock(s.mu);
-  if (auto it = s.entries.find(k.str()); it != s.entries.end()) return it->second;
+  if (auto it = s.entries.find(k); it != s.entries.end()) return it->second;
   auto e = std::make_shared<JitState::Entry>();
   program::Traced t = program::trace_flat(s.name, trace, program::types_of(flat), device);
   PL_ASSERT(t.captured.empty(), "a top-level jit trace captured outer values");
@@ -163,7 +169,7 @@ std::shared_ptr<JitState::Entry> entry(JitState& s, const std::string& key, cons
   e->optimized = program::reroll_loops(program::optimize(e->traced));
   program::verify(e->optimized);
   e->exe = Executable::compile(e->optimized, device, {s.backend, s.fuse, /*graphs=*/true});
-  s.entries[k.str()] = e;
+  s.entries[k] = e;
   return e;
 }
 
