@@ -98,9 +98,82 @@ std::shared_ptr<detail::CallImpl> reduce_call(Prim prim, const Shape& shape, con
   return make_kernel(prim_name(prim), kernel, {{out_shape, out_dtype}}, grid, {in}, {out}, backend);
 }
 
+// Arg-reductions in two passes: each block of `chunk` positions along `axis` gives its extreme value
+// and that value's position in the whole axis; the second call picks, per kept element, the first
+// block whose value wins and returns its position. Ties and NaN go to the first position, as in one
+// pass: each block's argmax is its first, and the blocks are compared in order.
+KernelStep arg_reduce_two_pass(Prim prim, const Shape& shape, int64_t axis, int64_t chunk, DType value_dtype,
+                               const std::string& backend) {
+  const size_t a = static_cast<size_t>(axis);
+  Shape kept;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (d != a) kept.push_back(shape[d]);
+  const int64_t chunks = shape[a] / chunk;
+  const size_t nk = kept.size();
+  const bool is_max = prim == Prim::argmax;
+  Shape partial = kept;
+  partial.push_back(chunks);
+  KernelStep s;
+  {
+    const Tiling t = tile(kept, std::max<int64_t>(1, block_budget(backend) / chunk));
+    Shape grid = t.grid;
+    grid.push_back(chunks);
+    std::vector<int64_t> in_block;
+    for (size_t d = 0, k = 0; d < shape.size(); ++d) in_block.push_back(d == a ? chunk : t.block[k++]);
+    BlockSpec in = make_spec(in_block, [a, nk](std::span<const Value> g) {
+      Indexer idx;
+      for (size_t d = 0, k = 0; d <= nk; ++d) idx.args.emplace_back(d == a ? g[nk] : g[k++]);
+      return idx;
+    }, grid.size());
+    std::vector<BlockDim> out_dims(t.block.begin(), t.block.end());
+    out_dims.emplace_back(None);
+    auto out = [&] {
+      return BlockSpec::from_parts(out_dims, [](std::span<const Value> g) {
+        Indexer idx;
+        for (const Value& v : g) idx.args.emplace_back(v);
+        return idx;
+      }, grid.size() < 32 ? 1u << grid.size() : detail::kAnyArity);
+    };
+    auto kernel = [axis, chunk, nk, is_max](Refs refs) {
+      Value v = refs[0][all];
+      store(refs[1], is_max ? v.max(axis) : v.min(axis));
+      store(refs[2], (is_max ? v.argmax(axis) : v.argmin(axis)) + program_id(static_cast<int>(nk)) * chunk);
+    };
+    s.call = make_kernel(std::string(prim_name(prim)) + "_blocks", kernel,
+                         {{partial, value_dtype}, {partial, DType::int32}}, grid, {in}, {out(), out()}, backend);
+  }
+  {
+    const Tiling t = tile(kept, std::max<int64_t>(1, block_budget(backend) / chunks));
+    std::vector<int64_t> in_block(t.block.begin(), t.block.end());
+    in_block.push_back(chunks);
+    auto in = [&] {
+      return make_spec(in_block, [nk](std::span<const Value> g) {
+        Indexer idx;
+        for (size_t k = 0; k < nk; ++k) idx.args.emplace_back(g[k]);
+        idx.args.emplace_back(Value(0));
+        return idx;
+      }, t.grid.size());
+    };
+    const Shape block = t.block;
+    auto kernel = [nk, is_max, chunks, block](Refs refs) {
+      Value v = refs[0][all], at = refs[1][all];
+      Value best = is_max ? v.argmax(static_cast<int64_t>(nk)) : v.argmin(static_cast<int64_t>(nk));
+      Shape full = block;
+      full.push_back(chunks);
+      Shape keep = block;
+      keep.push_back(1);
+      Value hit = jnp::iota(DType::int32, full, static_cast<int64_t>(nk)) == jnp::broadcast_to(jnp::reshape(best, keep), full);
+      store(refs[2], jnp::where(hit, at, Value(0)).sum(static_cast<int64_t>(nk)).astype(DType::int32));
+    };
+    s.then = make_kernel(prim_name(prim), kernel, {{kept, DType::int32}}, t.grid, {in(), in()}, {grid_spec(t, std::vector<bool>(nk, false))},
+                         backend);
+  }
+  return s;
+}
+
 // A reduced extent larger than a block (a sum over everything, say) is not one program's: it is
 // cut into blocks reduced in parallel into partial results (float32 for 16-bit floats), which a
-// second call reduces. Arg-reductions keep one pass (their partial results would need indices).
+// second call reduces; arg-reductions carry each block's position with its value.
 KernelStep lower_reduce(const Program& p, const Eqn& e, const std::string& backend) {
   const Type& x = p.type(e.ins[0]);
   const DType out_dtype = p.type(e.outs[0]).dtype;
@@ -112,6 +185,18 @@ KernelStep lower_reduce(const Program& p, const Eqn& e, const std::string& backe
   s.ins = e.ins;
   s.outs = e.outs;
   const int64_t budget = block_budget(backend);
+  if (reduced_size > budget && family_of(e.prim) == Family::argreduce) {
+    const int64_t L = x.shape[static_cast<size_t>(axes[0])];
+    int64_t chunk = 1;
+    for (int64_t c = budget; c >= 1; --c)
+      if (L % c == 0) { chunk = c; break; }
+    if (chunk > 1 && L / chunk <= budget) {  // else the second pass would be as long as one
+      KernelStep two = arg_reduce_two_pass(e.prim, x.shape, axes[0], chunk, x.dtype, backend);
+      two.ins = e.ins;
+      two.outs = e.outs;
+      return two;
+    }
+  }
   const bool two_pass = reduced_size > budget && (e.prim == Prim::reduce_sum || e.prim == Prim::reduce_max ||
                                                   e.prim == Prim::reduce_min);
   Shape rblock = x.shape;

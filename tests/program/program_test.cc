@@ -111,6 +111,38 @@ TEST_P(Program, LargeReductionsInTwoPasses) {
   EXPECT_LT(pl::rel_error(sb.astype(pl::f64), pl::jnp::sum(xb.astype(pl::f64))), 1e-2);
 }
 
+TEST_P(Program, LargeArgReductionsInTwoPasses) {
+  // 70000 positions along the reduced axis: more than a block on every backend. Ties across blocks
+  // and NaN go to the first position, as jnp.argmax / argmin do.
+  Array y = randn({3, 70000}, 12);
+  for (int64_t at : {20000, 60000}) y.set(at, 100.0);           // row 0: a tie for the maximum
+  for (int64_t at : {50000, 65000}) y.set(at, -100.0);          // row 0: a tie for the minimum
+  for (int64_t at : {70000 + 45000, 70000 + 30000}) y.set(at, NAN);  // row 1: NaN wins both
+  auto first = [&](int64_t row, bool is_max) {
+    int64_t best = 0;
+    for (int64_t i = 0; i < 70000; ++i) {
+      const double v = y.get(row * 70000 + i), b = y.get(row * 70000 + best);
+      if (std::isnan(b)) break;
+      if (std::isnan(v) || (is_max ? v > b : v < b)) best = i;
+    }
+    return best;
+  };
+  Array am = pl::jnp::argmax(y, 1), an = pl::jnp::argmin(y, 1);
+  for (int64_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(static_cast<int64_t>(am.get(r)), first(r, true)) << "argmax row " << r;
+    EXPECT_EQ(static_cast<int64_t>(an.get(r)), first(r, false)) << "argmin row " << r;
+  }
+  EXPECT_EQ(am.get(0), 20000);
+  EXPECT_EQ(an.get(0), 50000);
+  EXPECT_EQ(am.get(1), 30000);
+  // Over a whole 1-D array, and the same under jit.
+  Array z = pl::lax::index(y, 2);
+  EXPECT_EQ(static_cast<int64_t>(pl::jnp::argmax(z).get(0)), first(2, true));
+  auto jitted = pl::jit([](const Array& a) { return pl::jnp::argmin(a); });
+  EXPECT_EQ(static_cast<int64_t>(jitted(z).get(0)), first(2, false));
+  EXPECT_NE(jitted.lower(z).find("kernel argmin_blocks"), std::string::npos) << jitted.lower(z);  // the first pass
+}
+
 TEST_P(Program, ReductionsMatmulAndLayout) {
   Array x = randn({4, 6}, 3), w = randn({6, 5}, 4);
   Array s = pl::jnp::sum(x, {1});
