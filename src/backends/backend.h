@@ -30,6 +30,8 @@ class Backend {
   virtual const char* name() const = 0;
   // Why the backend cannot run here ("" when it can).
   virtual std::string unavailable_reason() const { return ""; }
+  // unavailable_reason().empty(), without building the reason (asked on every call).
+  virtual bool available() const { return unavailable_reason().empty(); }
   // True when its executables read and write host memory: pallas_call then hands them host copies
   // of device inputs and returns host arrays. False when they take arrays where they are, as the
   // cuda backend does.

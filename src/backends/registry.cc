@@ -22,7 +22,7 @@ Backend& get(const std::string& name) {
 std::vector<std::string> available_names() {
   std::vector<std::string> out;
   for (const std::string& n : names())
-    if (get(n).unavailable_reason().empty()) out.push_back(n);
+    if (get(n).available()) out.push_back(n);
   return out;
 }
 
@@ -30,7 +30,7 @@ std::string default_name() {
   if (const char* env = std::getenv("PALLADIUM_BACKEND"); env && *env) return env;
   // The fastest backend that can run here.
   for (const char* n : {"cuda", "cpu"})
-    if (get(n).unavailable_reason().empty()) return n;
+    if (get(n).available()) return n;
   return "interpret";
 }
 

@@ -113,6 +113,7 @@ class CpuBackend final : public backend::Backend {
   const char* name() const override { return "cpu"; }
   bool runs_on_host() const override { return true; }
   std::string unavailable_reason() const override { return find_host_compiler().why_not; }
+  bool available() const override { return host_compiler_found(); }
   std::unique_ptr<backend::Executable> compile(const ir::Kernel& kernel, const backend::CompileOptions& options) override {
     GeneratedKernel generated = generate(kernel, backend::checks_enabled(options.params.checks));
     std::shared_ptr<Module> module = get_module({kernel.name, generated.source, options.debug});

@@ -126,16 +126,22 @@ std::string scratch_root() {
   return root;
 }
 
-CompilerLookup find_host_compiler() {
+namespace {
+// The lookup for the current $CXX, cached per value (the environment may change between calls).
+const CompilerLookup& cached_lookup() {
   static std::mutex mu;
-  static std::map<std::string, CompilerLookup> cache;
+  static std::map<std::string, CompilerLookup, std::less<>> cache;
   const char* env = std::getenv("CXX");
-  const std::string key = env ? env : "";
+  const std::string_view key = env ? env : "";
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, lookup(key)).first;
-  return it->second;
+  if (it == cache.end()) it = cache.emplace(std::string(key), lookup(std::string(key))).first;
+  return it->second;  // entries are never erased: the reference stays valid
 }
+}  // namespace
+
+CompilerLookup find_host_compiler() { return cached_lookup(); }
+bool host_compiler_found() { return cached_lookup().compiler.has_value(); }
 
 std::vector<std::string> compile_flags(const HostCompiler& compiler) {
   // -ffp-contract=off: elementwise arithmetic rounds like the interpreter (gemm.h opts back in);

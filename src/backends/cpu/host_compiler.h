@@ -20,6 +20,8 @@ struct CompilerLookup {
   std::optional<HostCompiler> compiler;
   std::string why_not;  // when there is none: what was looked for, and how to use the interpreter
 };
+// find_host_compiler().compiler.has_value(), without copying the lookup.
+bool host_compiler_found();
 
 // A private scratch directory for this user: $TMPDIR/palladium-<uid> (created on first use).
 std::string scratch_root();

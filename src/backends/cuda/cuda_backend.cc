@@ -414,6 +414,9 @@ class CudaBackend final : public backend::Backend {
  public:
   const char* name() const override { return "cuda"; }
   bool runs_on_host() const override { return false; }  // places host inputs on the device itself
+  bool available() const override {
+    return (compile_only_target() || driver() != nullptr) && nvrtc() != nullptr;
+  }
   std::string unavailable_reason() const override {
     std::string why = compile_only_target() ? "" : cuda::unavailable_reason();
     if (why.empty()) why = nvrtc_unavailable_reason();
