@@ -193,9 +193,12 @@ template <class F> class Jitted {
   template <class... A> std::string lower(const A&... args) const {
     std::tuple<A...> proto{args...};
     std::shared_ptr<void> out_proto;
-    // The same compiled entry as a call with these arguments (its describe() tells how it has run).
-    return detail::jit_lower(*state_, typeid(std::tuple<A...>).name(), detail::tree_flatten(proto),
-                             detail::flat_fn(f_, proto, out_proto));
+    // The same compiled entry as a call with these arguments (its describe() tells how it has run),
+    // so a trace made here must leave the result's structure for the calls that reuse it.
+    const std::string key = typeid(std::tuple<A...>).name();
+    std::string text = detail::jit_lower(*state_, key, detail::tree_flatten(proto), detail::flat_fn(f_, proto, out_proto));
+    if (out_proto) protos_.remember(key, out_proto);
+    return text;
   }
   int trace_count() const { return detail::jit_trace_count(*state_); }
 

@@ -206,6 +206,17 @@ TEST_P(Program, JitTracesOncePerSignatureAndFuses) {
   EXPECT_NE(lowered.find("(1 kernels)"), std::string::npos) << lowered;  // 24 ops, one fused kernel
 }
 
+TEST_P(Program, JitLowerBeforeTheFirstCall) {
+  // lower() traces the entry a call then reuses: the call must still rebuild its result's structure.
+  auto f = pl::jit([](const Array& a, const Array& b) { return std::make_tuple(a + b, a * b); });
+  Array x = randn({5}, 14), y = randn({5}, 15);
+  EXPECT_NE(f.lower(x, y).find("--- optimized ---"), std::string::npos);
+  auto [s, p] = f(x, y);
+  EXPECT_LT(pl::rel_error(s, x + y), 1e-7);
+  EXPECT_LT(pl::rel_error(p, x * y), 1e-7);
+  EXPECT_EQ(f.trace_count(), 1);
+}
+
 TEST_P(Program, JitRemovesCommonSubexpressionsAndDeadCode) {
   auto f = pl::jit([](const Array& x) {
     Array unused = pl::jnp::exp(x);
