@@ -46,6 +46,42 @@ TEST_P(CpuGemmBuilds, DotMatchesFloat64AndTheInterpreter) {
   for (size_t i = 0; i < cpu.size(); ++i) EXPECT_TRUE(close(cpu[i], interp[i], 1e-6)) << "output " << i;
 }
 
+TEST_P(CpuGemmBuilds, SmallProductsComputedDirectly) {
+  // Products of a few thousand multiply-adds skip packing (gemm_small): blocks that overhang the
+  // array (rows 8..15 of 10), a transposed operand (B given as rows of N x K, the paged decode's
+  // q k^T), contiguous B rows, accumulation and 16-bit operands, against float64 and the interpreter.
+  const std::string build = GetParam();
+  ScopedEnv choose("PALLADIUM_CPU_GEMM", build);
+  try {
+    EXPECT_EQ(pl::cpu::gemm_for_this_cpu().name, build);
+  } catch (const pl::Error& e) {
+    GTEST_SKIP() << e.what();
+  }
+  Random rng;
+  constexpr int64_t m = 10, k = 24, n = 13, bm = 8;
+  pl::Array a = rng.normal({m, k}), bt = rng.normal({n, k}), b = rng.normal({k, n}), c = rng.normal({m, n});
+  pl::Array a16 = a.astype(pl::bf16), b16 = b.astype(pl::f16);
+  auto kernel = [](Ref a_ref, Ref bt_ref, Ref b_ref, Ref c_ref, Ref a16_ref, Ref b16_ref, Ref o_t, Ref o_acc, Ref o_16) {
+    o_t[pl::all] = pl::dot(a_ref[pl::all], bt_ref[pl::all], false, true);
+    o_acc[pl::all] = c_ref[pl::all] + pl::dot(a_ref[pl::all], b_ref[pl::all]);
+    o_16[pl::all] = pl::dot(a16_ref[pl::all], b16_ref[pl::all]);
+  };
+  auto rows = [](int64_t width) { return pl::BlockSpec({bm, width}, [](pl::Index i) { return pl::idx(i, 0); }); };
+  auto whole = [](int64_t r, int64_t w) { return pl::BlockSpec({r, w}, [](pl::Index) { return pl::idx(0, 0); }); };
+  const pl::ShapeDtype out({m, n}, pl::f32);
+  pl::CallOptions o{.grid = {2},
+                    .in_specs = {rows(k), whole(n, k), whole(k, n), rows(n), rows(k), whole(k, n)},
+                    .out_specs = {rows(n), rows(n), rows(n)},
+                    .name = "gemm_small"};
+  auto [cpu, interp] = run_both(kernel, {out, out, out}, o, {a, bt, b, c, a16, b16});
+  const pl::Array ref_t = pl::matmul(a.astype(pl::f64), pl::transpose(bt.astype(pl::f64)));
+  const pl::Array ref = pl::matmul(a.astype(pl::f64), b.astype(pl::f64));
+  EXPECT_TRUE(close(cpu[0], ref_t, 1e-6));
+  EXPECT_TRUE(close(cpu[1], pl::add(ref, c.astype(pl::f64)), 1e-6));
+  EXPECT_TRUE(close(cpu[2], pl::matmul(a16.astype(pl::f64), b16.astype(pl::f64)), 1e-6));
+  for (size_t i = 0; i < cpu.size(); ++i) EXPECT_TRUE(close(cpu[i], interp[i], 1e-6)) << "output " << i;
+}
+
 TEST(CpuGemmBuilds, EveryInstructionSetIsBuiltOnX86) {
 #if defined(__x86_64__)
   EXPECT_EQ(pl::cpu::gemm_builds(), (std::vector<std::string>{"avx512-8x32", "avx512-6x64", "avx2", "baseline"}));
