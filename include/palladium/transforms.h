@@ -187,7 +187,9 @@ template <class F> class Jitted {
     const std::string key = typeid(std::tuple<A...>).name();
     std::vector<Array> outs = detail::jit_call(*state_, key, flat, trace);
     if (out_proto) protos_.remember(key, out_proto);
-    return detail::tree_rebuild(outs, *std::static_pointer_cast<R>(protos_.find(key)));
+    const std::shared_ptr<void> result = protos_.find(key);
+    PL_ASSERT(result != nullptr, "jit: no result structure was recorded for this signature");
+    return detail::tree_rebuild(outs, *std::static_pointer_cast<R>(result));
   }
   // The program before and after optimisation, and the compiled steps, for these arguments.
   template <class... A> std::string lower(const A&... args) const {

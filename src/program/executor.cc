@@ -245,11 +245,7 @@ std::vector<Array> run_eager(Prim prim, const Params& params, const std::vector<
   key += device.str();
   key += '|';
   key += array_backend(device);
-  for (const Array& a : ins) {
-    key += '|';
-    key += dtype_short_name(a.dtype());
-    key += shape_str(a.shape());
-  }
+  key += types_key(ins);
   static std::mutex mu;
   static std::map<std::string, std::shared_ptr<Executable>> cache;
   std::shared_ptr<Executable> exe;

@@ -39,6 +39,15 @@ std::string type_str(const Type& t) {
   return s + "]";
 }
 
+std::string types_key(const std::vector<Array>& xs) {
+  std::string key;
+  for (const Array& a : xs) {
+    key += '|';
+    key += type_str({a.shape(), a.dtype()});
+  }
+  return key;
+}
+
 std::string Params::key() const {
   // Appended into one string: keys are built for every eager op and every equation CSE compares.
   std::string s;

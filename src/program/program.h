@@ -27,6 +27,8 @@ struct Type {
   bool operator==(const Type&) const = default;
 };
 std::string type_str(const Type& t);  // "f32[8,4]"
+// "|f32[8,4]|i32[]": the types of these Arrays, for the compiled-program caches' keys.
+std::string types_key(const std::vector<Array>& xs);
 
 struct Program;
 

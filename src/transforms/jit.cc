@@ -151,14 +151,7 @@ namespace {
 std::shared_ptr<JitState::Entry> entry(JitState& s, const std::string& key, const std::vector<Array>& flat,
                                        const FlatFn& trace) {
   const Device device = program::device_of(flat);
-  std::string k = key;  // appended, not streamed: this runs on every call
-  k += '|';
-  k += device.str();
-  for (const Array& a : flat) {
-    k += '|';
-    k += dtype_short_name(a.dtype());
-    k += shape_str(a.shape());
-  }
+  const std::string k = key + '|' + device.str() + program::types_key(flat);  // built on every call
   std::lock_guard<std::mutex> lock(s.mu);
   if (auto it = s.entries.find(k); it != s.entries.end()) return it->second;
   auto e = std::make_shared<JitState::Entry>();

@@ -74,7 +74,8 @@ class Reroller {
 
   // The program with the run replaced by a scan, or nothing when the run does not qualify.
   std::optional<Program> apply() {
-    if (!index_run() || !classify() || !classify_uses()) return std::nullopt;
+    index_run();
+    if (!classify() || !classify_uses()) return std::nullopt;
     std::optional<Program> body = make_body();
     if (!body) return std::nullopt;
     return splice(std::make_shared<Program>(std::move(*body)));
@@ -84,13 +85,12 @@ class Reroller {
   const Eqn& eqn(size_t block, size_t k) const { return p_.eqns[r_.start + block * r_.period + k]; }
   size_t end() const { return r_.start + r_.trips * r_.period; }
 
-  bool index_run() {
+  void index_run() {
     for (size_t i = 0; i < r_.trips; ++i)
       for (size_t k = 0; k < r_.period; ++k) {
         const Eqn& e = eqn(i, k);
         for (size_t o = 0; o < e.outs.size(); ++o) where_[e.outs[o]] = {i, k, o};
       }
-    return true;
   }
 
   const Eqn* made_by_full(int v) const {

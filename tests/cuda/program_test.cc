@@ -7,6 +7,7 @@
 
 #include "ops/indrnn.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/support/indrnn_naive.h"
 
 namespace palladium::cudatest {
 namespace {
@@ -37,16 +38,7 @@ TEST(CudaProgram, LargeArgReductionsInTwoPasses) {
 TEST(CudaProgram, RerolledNaiveLoopIsOneScanKernel) {
   PL_REQUIRE_NVRTC();
   Array x = normal(22, {64, 96}), u = random::uniform(random::key(23), {96}, f32, 0.5, 1.0), h0 = normal(24, {96});
-  auto naive = [](const Array& xs, const Array& uu, const Array& h) {
-    std::vector<Array> hs;
-    Array c = h;
-    for (int64_t t = 0; t < xs.shape()[0]; ++t) {
-      c = nn::relu(uu * c + lax::index(xs, t));
-      hs.push_back(c);
-    }
-    return jnp::stack(hs);
-  };
-  auto f = jit(naive, {.backend = "cuda"});
+  auto f = jit(test_support::indrnn_naive_loop, {.backend = "cuda"});
   Array out = f(on_backend(x), on_backend(u), on_backend(h0));
   EXPECT_LT(rel_error(to_host(out), ops::indrnn_reference(x, u, h0)), 1e-6);
   EXPECT_NE(f.lower(on_backend(x), on_backend(u), on_backend(h0)).find("kernel scan_fused"), std::string::npos);

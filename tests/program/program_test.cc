@@ -207,7 +207,8 @@ TEST_P(Program, JitTracesOncePerSignatureAndFuses) {
 }
 
 TEST_P(Program, JitLowerBeforeTheFirstCall) {
-  // lower() traces the entry a call then reuses: the call must still rebuild its result's structure.
+  // lower() traces the entry a call then reuses: the call must still find its result's structure
+  // (without it the call fails an internal assertion).
   auto f = pl::jit([](const Array& a, const Array& b) { return std::make_tuple(a + b, a * b); });
   Array x = randn({5}, 14), y = randn({5}, 15);
   EXPECT_NE(f.lower(x, y).find("--- optimized ---"), std::string::npos);

@@ -5,6 +5,7 @@
 
 #include "palladium/palladium.h"
 #include "ops/indrnn.h"
+#include "tests/support/indrnn_naive.h"
 
 namespace pl = palladium;
 using pl::Array;
@@ -38,21 +39,12 @@ size_t count(const std::string& text, const std::string& what) {
   return n;
 }
 
-// The IndRNN blog's naive loop.
-Array naive(const Array& x, const Array& u, const Array& h0) {
-  std::vector<Array> hs;
-  Array h = h0;
-  for (int64_t t = 0; t < x.shape()[0]; ++t) {
-    h = pl::nn::relu(u * h + pl::lax::index(x, t));
-    hs.push_back(h);
-  }
-  return pl::jnp::stack(hs);
-}
+using palladium::test_support::indrnn_naive_loop;
 
 TEST_P(Reroll, NaiveIndRnnLoopBecomesOneFusedScan) {
   const int64_t T = 40, F = 24;
   Array x = randn({T, F}, 1), u = pl::random::uniform(pl::random::key(2), {F}, pl::f32, 0.5, 1.0), h0 = randn({F}, 3);
-  auto f = pl::jit(naive);
+  auto f = pl::jit(indrnn_naive_loop);
   const std::string lowered = f.lower(x, u, h0);
   const std::string opt = optimized_part(lowered);
   EXPECT_EQ(count(opt, "scan"), 1u) << opt;
@@ -130,7 +122,7 @@ TEST_P(Reroll, GradOfTheJittedNaiveLoopKeepsItsValue) {
   // grad under jit: the backward reads every iteration's forward values one by one, so the forward
   // loop is left unrolled (values of a middle iteration read after the run); the result must not move.
   Array x = randn({12, 7}, 10), u = pl::random::uniform(pl::random::key(11), {7}, pl::f32, 0.5, 1.0), h0 = randn({7}, 12);
-  auto loss = [](const Array& xx, const Array& uu, const Array& hh) { return pl::jnp::sum(naive(xx, uu, hh) * naive(xx, uu, hh)); };
+  auto loss = [](const Array& xx, const Array& uu, const Array& hh) { return pl::jnp::sum(indrnn_naive_loop(xx, uu, hh) * indrnn_naive_loop(xx, uu, hh)); };
   auto g = pl::grad<0, 1>(loss);
   auto jg = pl::jit(g);
   auto [gx, gu] = g(x, u, h0);
