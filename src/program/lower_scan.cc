@@ -93,16 +93,31 @@ std::optional<KernelStep> lower_fused_scan(const Program& p, const Eqn& e, const
       for (size_t d = 0; d < r; ++d) idx.args.emplace_back(slice());
       return idx;
     };
+    // Equations of the loop-invariant inputs alone (relu's zero, a scale of the weights) are
+    // computed once before the loop: inside it they would split the body's elementwise chain.
+    std::map<int, Value> invariant;
+    for (size_t i = 0; i < nc; ++i) invariant[b.inputs[i]] = consts[i];
+    std::vector<const Eqn*> per_step;
+    for (const Eqn& eq : b.eqns) {
+      bool fixed = true;
+      for (int v : eq.ins) fixed = fixed && invariant.count(v);
+      if (!fixed) {
+        per_step.push_back(&eq);
+        continue;
+      }
+      std::vector<Value> a;
+      for (int v : eq.ins) a.push_back(invariant.at(v));
+      invariant[eq.outs[0]] = apply_elementwise(eq, a, block, r);
+    }
     std::vector<Value> final_carry = fori_loop(Value(0), Value(T), [&](Value it, std::vector<Value> carry) {
       Value tt = reverse ? Value(T - 1) - it : it;
-      std::map<int, Value> env;
-      for (size_t i = 0; i < nc; ++i) env[b.inputs[i]] = consts[i];
+      std::map<int, Value> env = invariant;
       for (size_t i = 0; i < nk; ++i) env[b.inputs[nc + i]] = carry[i];
       for (size_t i = 0; i < nx; ++i) env[b.inputs[nc + nk + i]] = load(refs[nc + nk + i], row(tt));
-      for (const Eqn& eq : b.eqns) {
+      for (const Eqn* eq : per_step) {
         std::vector<Value> a;
-        for (int v : eq.ins) a.push_back(env.at(v));
-        env[eq.outs[0]] = apply_elementwise(eq, a, block, r);
+        for (int v : eq->ins) a.push_back(env.at(v));
+        env[eq->outs[0]] = apply_elementwise(*eq, a, block, r);
       }
       std::vector<Value> next;
       for (size_t i = 0; i < nk; ++i) {

@@ -119,6 +119,33 @@ std::string print(const Program& p) {
   return s.str();
 }
 
+Program compact(Program p) {
+  std::vector<int> slot(p.types.size(), -1);
+  std::vector<Type> types;
+  auto assign = [&](int& v) {
+    int& s = slot.at(static_cast<size_t>(v));
+    if (s < 0) {
+      s = static_cast<int>(types.size());
+      types.push_back(p.types[static_cast<size_t>(v)]);
+    }
+    v = s;
+  };
+  auto rename = [&](int& v) {
+    const int s = slot.at(static_cast<size_t>(v));
+    PL_ASSERT(s >= 0, "program '", p.name, "': var %", v, " is read before it is defined");
+    v = s;
+  };
+  for (int& v : p.inputs) assign(v);
+  for (int& v : p.const_vars) assign(v);
+  for (Eqn& e : p.eqns) {
+    for (int& v : e.ins) rename(v);
+    for (int& v : e.outs) assign(v);
+  }
+  for (int& v : p.outputs) rename(v);
+  p.types = std::move(types);
+  return p;
+}
+
 void verify(const Program& p) {
   std::set<int> defined;
   auto define = [&](int v, size_t eqn) {

@@ -75,6 +75,11 @@ struct Program {
 };
 
 std::string print(const Program& p);
+// Renumbers the vars densely (inputs, constants, then each equation's results, in order) and drops
+// the types of vars no equation defines any more: the executor's environment is sized by the var
+// count, so a program that rewrites left thousands of dead vars in would pay for them every call.
+// Regions keep their own numbering.
+Program compact(Program p);
 // Checks the invariants above and each equation's types against its shape rule; throws
 // InternalError naming the equation on a violation.
 void verify(const Program& p);

@@ -262,7 +262,7 @@ std::shared_ptr<detail::ShardedJitState::Entry> entry(detail::ShardedJitState& s
   e->traced = g;
   e->mesh = mesh;
   e->parts = partition(g, in_sh, out_sh, mesh);
-  e->parts.local = program::optimize(e->parts.local);
+  e->parts.local = program::compact(program::optimize(e->parts.local));
   program::verify(e->parts.local);
   e->exe = compile_spmd(e->parts.local, *mesh);
   s.entries[k.str()] = e;

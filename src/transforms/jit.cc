@@ -159,7 +159,7 @@ std::shared_ptr<JitState::Entry> entry(JitState& s, const std::string& key, cons
   PL_ASSERT(t.captured.empty(), "a top-level jit trace captured outer values");
   ++s.traces;
   e->traced = std::move(t.program);
-  e->optimized = program::reroll_loops(program::optimize(e->traced));
+  e->optimized = program::compact(program::reroll_loops(program::optimize(e->traced)));
   program::verify(e->optimized);
   e->exe = Executable::compile(e->optimized, device, {s.backend, s.fuse, /*graphs=*/true});
   s.entries[k] = e;

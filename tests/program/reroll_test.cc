@@ -3,6 +3,9 @@
 // function run eagerly (op by op) and, for IndRNN, against the float64 loop.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "palladium/palladium.h"
 #include "ops/indrnn.h"
 #include "tests/support/indrnn_naive.h"
@@ -39,6 +42,14 @@ size_t count(const std::string& text, const std::string& what) {
   return n;
 }
 
+// The largest %id printed in a program's text.
+long largest_var(const std::string& text) {
+  long largest = -1;
+  for (size_t at = text.find('%'); at != std::string::npos; at = text.find('%', at + 1))
+    largest = std::max(largest, std::strtol(text.c_str() + at + 1, nullptr, 10));
+  return largest;
+}
+
 using palladium::test_support::indrnn_naive_loop;
 
 TEST_P(Reroll, NaiveIndRnnLoopBecomesOneFusedScan) {
@@ -54,6 +65,9 @@ TEST_P(Reroll, NaiveIndRnnLoopBecomesOneFusedScan) {
   // The rerolled program has the same size at any trip count.
   Array longer = randn({10 * T, F}, 4);
   EXPECT_EQ(count(optimized_part(f.lower(longer, u, h0)), "\n"), count(opt, "\n"));
+  // Its vars are numbered afresh (the executor's environment has one slot per var, and the
+  // unrolled trace left thousands behind): no var id beyond the handful the program uses.
+  EXPECT_LT(largest_var(opt), 10) << opt;
   EXPECT_LT(pl::rel_error(f(longer, u, h0), pl::ops::indrnn_reference(longer, u, h0)), 1e-6);
 }
 
