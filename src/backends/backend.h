@@ -19,8 +19,10 @@ struct CompileOptions {
 class Executable {
  public:
   virtual ~Executable() = default;
-  // inputs: one per pallas_call input (undefined for None inputs); outputs: allocated by the caller,
-  // holding the aliased input's values where an alias exists.
+  // inputs: one per pallas_call input (undefined for None inputs); outputs: allocated by the caller
+  // on the host, holding the aliased input's values where an alias exists. A backend that does not
+  // run on the host gets its unaliased outputs undefined and allocates them where they are computed
+  // (a host buffer for a device result cost a malloc, or an mmap for a large one, per eager op).
   virtual void run(const std::vector<Array>& inputs, std::vector<Array>& outputs) = 0;
 };
 

@@ -211,14 +211,17 @@ std::vector<Array> invoke(const CallImpl& call, const std::vector<Array>& given)
     for (Array& a : inputs)
       if (a.defined() && a.device().kind != Device::cpu) a = to_host(a);
   std::vector<Array> outputs;
-  for (const ShapeDtype& s : e->outputs) outputs.emplace_back(s.shape, s.dtype);
+  for (const ShapeDtype& s : e->outputs) outputs.push_back(e->runs_on_host ? Array(s.shape, s.dtype) : Array());
   for (auto [in, out] : e->aliases) {
-    PL_ASSERT(inputs[static_cast<size_t>(in)].shape() == outputs[static_cast<size_t>(out)].shape(), "aliased shapes differ");
+    PL_ASSERT(e->runs_on_host || !outputs[static_cast<size_t>(out)].defined(), "output aliased twice");
+    PL_ASSERT(inputs[static_cast<size_t>(in)].shape() == e->outputs[static_cast<size_t>(out)].shape,
+              "aliased shapes differ");
     const Array& src = inputs[static_cast<size_t>(in)];
     // A device input is copied on its device (on the current stream), never through the host.
     outputs[static_cast<size_t>(out)] = src.device().kind == Device::cpu ? src.copy() : to_device(src, src.device());
   }
   e->exe->run(inputs, outputs);
+  for (const Array& o : outputs) PL_ASSERT(o.defined(), "pallas_call '", call.name(), "': the backend left an output unallocated");
   outputs.resize(outputs.size() - e->num_scratch);
   return outputs;
 }

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -227,10 +228,47 @@ Program single_equation(Prim prim, const Params& params, const std::vector<Array
   return p;
 }
 
+// Where a slice of a row-major array is one contiguous run of its elements (every step one, the
+// axes after the last partial one whole, the axes before it of extent one), its first element.
+std::optional<int64_t> contiguous_slice_start(const Params& params, const Shape& shape) {
+  const size_t r = shape.size();
+  size_t last_partial = r;
+  for (size_t d = 0; d < r; ++d) {
+    if (params.step[d] != 1) return std::nullopt;
+    if (params.lo[d] != 0 || params.hi[d] != shape[d]) last_partial = d;
+  }
+  for (size_t d = 0; d < last_partial && last_partial < r; ++d)
+    if (params.hi[d] - params.lo[d] != 1) return std::nullopt;
+  int64_t start = 0;
+  for (size_t d = 0; d < r; ++d) start = start * shape[d] + params.lo[d];
+  return start;
+}
+
+// An Array over part of another's buffer, keeping that buffer alive. Only device arrays are viewed:
+// their data is written by kernels that make new arrays, never in place, while a host Array's
+// data can be set through the view's parent.
+Array device_view(const Array& a, int64_t first, const Type& t) {
+  struct View {
+    std::shared_ptr<Storage> parent;
+    Storage storage;
+  };
+  auto v = std::make_shared<View>();
+  v->parent = a.storage();
+  v->storage.ptr = static_cast<char*>(a.storage()->ptr) + static_cast<size_t>(first) * itemsize(a.dtype());
+  v->storage.nbytes = static_cast<size_t>(numel(t.shape)) * itemsize(t.dtype);
+  v->storage.device = a.device();
+  return Array(t.shape, t.dtype, std::shared_ptr<Storage>(v, &v->storage));
+}
+
 }  // namespace
 
 std::vector<Array> run_eager(Prim prim, const Params& params, const std::vector<Array>& ins,
                              const std::vector<Type>& outs, Device device) {
+  // x[t] in an eager loop: a view of the row rather than a kernel that copies it.
+  if (prim == Prim::slice && device.kind == Device::cuda && !ins[0].is_sharded() && ins[0].device() == device &&
+      numel(outs[0].shape) > 0)
+    if (std::optional<int64_t> first = contiguous_slice_start(params, ins[0].shape()))
+      return {device_view(ins[0], *first, outs[0])};
   if (prim == Prim::pallas_call)
     return detail::invoke(*std::static_pointer_cast<const detail::CallImpl>(params.callee), with_none_inputs(params, ins));
   if (prim == Prim::full && device.kind == Device::cpu) return {palladium::full(params.shape, params.scalar, params.dtype)};

@@ -1,8 +1,13 @@
 // Trace: the program under construction on this thread, and bind, where every Array op starts.
 #include "program/trace.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
+#include <map>
+#include <mutex>
 #include <optional>
+#include <tuple>
 
 #include "palladium/device.h"
 #include "program/executor.h"
@@ -125,6 +130,39 @@ std::string trace_location() {
   return " (while tracing '" + t->name() + "', at equation " + std::to_string(t->num_eqns()) + ")";
 }
 
+namespace {
+
+// The device copy of a host scalar operand of an elementwise op. Eager loops pass the same few
+// numbers every iteration (relu's 0, a scale): uploading each again cost a blocking copy per op.
+// Elementwise kernels only read their operands, so a cached copy is never written; values
+// that change every call (a learning-rate schedule) fill the cache, which then starts over.
+Array uploaded_scalar(const Array& a, Device device) {
+  struct Key {
+    DType dtype;
+    Device device;
+    uint64_t bits;
+    bool operator<(const Key& o) const {
+      return std::tie(dtype, device.kind, device.index, bits) < std::tie(o.dtype, o.device.kind, o.device.index, o.bits);
+    }
+  };
+  Key key{a.dtype(), device, 0};
+  std::memcpy(&key.bits, a.data(), std::min(a.nbytes(), sizeof key.bits));
+  static std::mutex mu;
+  static std::map<Key, Array> cache;
+  constexpr size_t kMaxEntries = 256;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+  }
+  Array placed = to_device(a, device);
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache.size() >= kMaxEntries) cache.clear();
+  cache.emplace(key, placed);
+  return placed;
+}
+
+}  // namespace
+
 std::vector<Array> bind(Prim prim, Params params, const std::vector<Array>& ins) {
   std::vector<Type> in_types;
   for (size_t i = 0; i < ins.size(); ++i) {
@@ -152,7 +190,7 @@ std::vector<Array> bind(Prim prim, Params params, const std::vector<Array>& ins)
     if (a.device() != *device) {
       PL_CHECK(a.size() <= 1, prim_name(prim), ": operands live on different devices (", device->str(), " and ",
                a.device().str(), "); move them to one device with pl::to_device first");
-      a = to_device(a, *device);
+      a = is_elementwise(prim) && a.size() == 1 && a.nbytes() <= 8 ? uploaded_scalar(a, *device) : to_device(a, *device);
     }
   return run_eager(prim, params, placed, outs, *device);
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "ops/indrnn.h"
+#include "palladium/stream.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/support/indrnn_naive.h"
 
@@ -42,6 +43,69 @@ TEST(CudaProgram, RerolledNaiveLoopIsOneScanKernel) {
   Array out = f(on_backend(x), on_backend(u), on_backend(h0));
   EXPECT_LT(rel_error(to_host(out), ops::indrnn_reference(x, u, h0)), 1e-6);
   EXPECT_NE(f.lower(on_backend(x), on_backend(u), on_backend(h0)).find("kernel scan_fused"), std::string::npos);
+}
+
+// Eager ops on device arrays with host scalar operands: the device copy of each scalar is reused
+// across ops (relu's 0 every iteration), so each value must still reach its own op, also after the
+// cache of copies has filled up and started over.
+TEST(CudaProgram, EagerHostScalarsReachTheirOps) {
+  PL_REQUIRE_GPU();
+  const Array x = normal(25, {1000});
+  const Array dx = on_backend(x);
+  std::vector<double> scales;
+  for (int i = 0; i < 600; ++i) scales.push_back(0.5 + 0.01 * (i % 300));  // 300 values, each twice
+  for (size_t i = 0; i < scales.size(); i += 37) {
+    const Array r = to_host(nn::relu(dx * scales[i]) - 1.25);
+    double worst = 0;
+    for (int64_t k = 0; k < x.size(); ++k) {
+      const double want = std::max(x.get(k) * scales[i], 0.0) - 1.25;
+      worst = std::max(worst, std::abs(r.get(k) - want) / (1.0 + std::abs(want)));
+    }
+    EXPECT_LT(worst, 1e-6) << "scale " << scales[i];
+  }
+  for (double s : scales) (void)(dx * s);  // 300 distinct scalars: more than the cache holds
+  EXPECT_LT(rel_error(to_host(dx * 3.5), palladium::multiply(x, full({1}, 3.5, f32))), 1e-6);
+  EXPECT_LT(rel_error(to_host(jnp::maximum(dx, 0) + 0), palladium::relu(x)), 1e-6);
+}
+
+// Eager slices of device arrays: contiguous ones are views of the parent's buffer (no kernel), the
+// others are copied; each equals the host's slice, also once the parent Array is gone and when the
+// view is read on another stream.
+TEST(CudaProgram, EagerSlicesOfDeviceArrays) {
+  PL_REQUIRE_GPU();
+  const Array x = normal(26, {6, 8, 10});
+  struct Case {
+    std::vector<int64_t> lo, hi, step;
+  };
+  const std::vector<Case> cases = {
+      {{2, 0, 0}, {3, 8, 10}, {}},   // one row: a view
+      {{1, 0, 0}, {4, 8, 10}, {}},   // rows 1..3: a view
+      {{2, 3, 0}, {3, 5, 10}, {}},   // inside one row: a view
+      {{2, 3, 4}, {3, 4, 9}, {}},    // a run inside one line: a view
+      {{0, 0, 0}, {6, 8, 10}, {}},   // everything: a view
+      {{0, 1, 0}, {6, 3, 10}, {}},   // strided over the first axis: a copy
+      {{1, 0, 2}, {3, 8, 7}, {}},    // partial last axis over rows: a copy
+      {{0, 0, 0}, {6, 8, 10}, {2, 1, 1}},  // a step: a copy
+  };
+  for (const Case& c : cases) {
+    Array dx = on_backend(x);
+    const Array got = lax::slice(dx, c.lo, c.hi, c.step);
+    const Array want = lax::slice(x, c.lo, c.hi, c.step);
+    dx = Array();  // the view keeps the parent's buffer alive
+    Array twice = got * 2.0;
+    {
+      Stream other = new_stream(Device{Device::cuda, 0});
+      StreamScope scope(other);
+      twice = twice + got;  // read on another stream
+    }
+    EXPECT_EQ(max_abs_diff(to_host(got), want), 0.0) << shape_str(want.shape());
+    EXPECT_LT(max_abs_diff(to_host(twice), palladium::multiply(want, full({1}, 3.0, f32))), 1e-5);
+  }
+  // The naive IndRNN loop eagerly (x[t] a view per step) matches the float64 loop.
+  Array xs = normal(27, {50, 64}), u = random::uniform(random::key(28), {64}, f32, 0.5, 1.0), h0 = normal(29, {64});
+  EXPECT_LT(rel_error(to_host(test_support::indrnn_naive_loop(on_backend(xs), on_backend(u), on_backend(h0))),
+                      ops::indrnn_reference(xs, u, h0)),
+            1e-6);
 }
 
 }  // namespace

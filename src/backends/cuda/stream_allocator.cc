@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "backends/cuda/device_runtime.h"
@@ -61,7 +60,7 @@ struct CachedBlock {
 
 struct Allocator {
   std::mutex mu;
-  std::unordered_map<CUdeviceptr, Block> live;
+  std::map<CUdeviceptr, Block> live;  // ordered: a view's pointer finds the block that holds it
   std::map<std::pair<int, size_t>, std::vector<CachedBlock>> cached;  // (device, size)
 };
 Allocator& allocator() {
@@ -220,10 +219,18 @@ void release(CUdeviceptr p) {
   }
 }
 
+// The live block that holds `p` (its start, or inside it: an Array that views part of another).
+static std::map<CUdeviceptr, Block>::iterator holding(Allocator& a, CUdeviceptr p) {
+  auto it = a.live.upper_bound(p);
+  if (it == a.live.begin()) return a.live.end();
+  --it;
+  return p < it->first + it->second.size ? it : a.live.end();
+}
+
 void record_use(CUdeviceptr p, StreamRef stream) {
   Allocator& a = allocator();
   std::lock_guard<std::mutex> lock(a.mu);
-  auto it = a.live.find(p);
+  auto it = holding(a, p);
   if (it == a.live.end()) return;  // not from this allocator
   std::vector<StreamRef>& uses = it->second.uses;
   if (std::find(uses.begin(), uses.end(), stream) == uses.end()) uses.push_back(stream);
@@ -232,7 +239,7 @@ void record_use(CUdeviceptr p, StreamRef stream) {
 void wait_for_uses(CUdeviceptr p, StreamRef stream, const std::string& what) {
   Allocator& a = allocator();
   std::lock_guard<std::mutex> lock(a.mu);
-  auto it = a.live.find(p);
+  auto it = holding(a, p);
   if (it == a.live.end()) return;
   for (const StreamRef& s : it->second.uses) order_after(stream, s, what);
   for (const Pending& w : it->second.pending) wait_event(stream, w->event, what);
