@@ -1,6 +1,7 @@
-"""The seed attention forward, run by Palladium inside a jitted JAX program (XLA FFI, CPU).
+"""The seed attention forward, run by Palladium inside a jitted JAX program (XLA FFI).
 
-Usage: python attention_from_jax.py <path to libpalladium_jax.so>
+Usage: python attention_from_jax.py <path to libpalladium_jax.so> [cpu|cuda]
+(cuda: JAX's arrays on its first GPU; Palladium runs on XLA's stream, on XLA's buffers.)
 (examples/jax/CMakeLists.txt builds the library; the test suite builds and runs this.)
 Checks the result against attention written in jax.numpy, and that a Palladium error reaches
 JAX with its message. Exits non-zero on a mismatch.
@@ -11,16 +12,31 @@ import sys
 import numpy as np
 import jax
 import jax.numpy as jnp
-import jax.extend as je
+
+try:
+    ffi = jax.ffi  # JAX >= 0.4.38
+except AttributeError:
+    import jax.extend as je
+    ffi = je.ffi
 
 lib = ctypes.cdll.LoadLibrary(sys.argv[1])
-je.ffi.register_ffi_target("palladium_mha_forward", je.ffi.pycapsule(lib.PalladiumMhaForward), platform="cpu")
+platform = sys.argv[2] if len(sys.argv) > 2 else "cpu"
+if platform == "cuda":
+    gpu = jax.devices("gpu")[0]
+    jax.config.update("jax_default_device", gpu)
+    ffi.register_ffi_target("palladium_mha_forward_cuda", ffi.pycapsule(lib.PalladiumMhaForwardCuda), platform="CUDA")
+else:
+    jax.config.update("jax_default_device", jax.devices("cpu")[0])
+    ffi.register_ffi_target("palladium_mha_forward", ffi.pycapsule(lib.PalladiumMhaForward), platform="cpu")
 
 
 def palladium_mha(q, k, v, sm_scale, causal):
-    call = je.ffi.ffi_call("palladium_mha_forward", jax.ShapeDtypeStruct(q.shape, q.dtype))
-    return call(q, k, v, sm_scale=np.float32(sm_scale), causal=np.bool_(causal), block_q=np.int64(32),
-                block_k=np.int64(32))
+    attrs = dict(sm_scale=np.float32(sm_scale), causal=np.bool_(causal), block_q=np.int64(32), block_k=np.int64(32))
+    if platform == "cuda":
+        call = ffi.ffi_call("palladium_mha_forward_cuda", jax.ShapeDtypeStruct(q.shape, q.dtype))
+        return call(q, k, v, device=np.int64(gpu.local_hardware_id), **attrs)
+    call = ffi.ffi_call("palladium_mha_forward", jax.ShapeDtypeStruct(q.shape, q.dtype))
+    return call(q, k, v, **attrs)
 
 
 def reference_mha(q, k, v, sm_scale, causal):
@@ -41,7 +57,7 @@ for causal in (False, True):
     want = reference_mha(q, k, v, 0.125, causal)
     err = float(jnp.linalg.norm(got - want) / jnp.linalg.norm(want))
     worst = max(worst, err)
-    print(f"causal={causal}: relative error against jax.numpy attention {err:.2e}")
+    print(f"{platform} causal={causal}: relative error against jax.numpy attention {err:.2e}")
 
 try:
     bad = jnp.ones((2, 128, 4, 32), jnp.float32)  # k's head_dim differs from q's

@@ -1,6 +1,7 @@
-// The seed attention forward (ops::mha) as an XLA FFI handler: JAX passes its CPU buffers, which
-// become Palladium Arrays without copies; the result is written into XLA's output buffer. A
-// Palladium error (bad shapes, say) comes back to JAX as an error carrying Palladium's message.
+// The seed attention forward (ops::mha) as XLA FFI handlers: JAX passes its buffers (CPU, or CUDA
+// with the stream XLA runs the program on), which become Palladium Arrays without copies; the
+// result is written into XLA's output buffer. A Palladium error (bad shapes, say) comes back to JAX
+// as an error carrying Palladium's message.
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -10,28 +11,36 @@
 
 #include "xla/ffi/api/ffi.h"
 
+struct CUstream_st;  // cudaStream_t, without the CUDA headers
+
 namespace ffi = xla::ffi;
 namespace pl = palladium;
 
 namespace {
 
 // An XLA buffer as an Array over the same memory (XLA owns it; the Array frees nothing).
-pl::Array borrow(void* data, ffi::Span<const int64_t> dims) {
+pl::Array borrow(void* data, ffi::Span<const int64_t> dims, pl::Device device = {}) {
   pl::Shape shape(dims.begin(), dims.end());
   auto storage = std::make_shared<pl::Storage>();
   storage->ptr = data;
   storage->nbytes = static_cast<size_t>(pl::numel(shape)) * sizeof(float);
+  storage->device = device;
   return pl::Array(std::move(shape), pl::f32, std::move(storage));
+}
+
+pl::ops::MhaOptions mha_options(float sm_scale, bool causal, int64_t block_q, int64_t block_k) {
+  pl::ops::MhaOptions o;
+  o.sm_scale = sm_scale;
+  o.causal = causal;
+  o.block_q = block_q;
+  o.block_k = block_k;
+  return o;
 }
 
 ffi::Error MhaForward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buffer<ffi::F32> v,
                       ffi::ResultBuffer<ffi::F32> out, float sm_scale, bool causal, int64_t block_q, int64_t block_k) {
   try {
-    pl::ops::MhaOptions o;
-    o.sm_scale = sm_scale;
-    o.causal = causal;
-    o.block_q = block_q;
-    o.block_k = block_k;
+    const pl::ops::MhaOptions o = mha_options(sm_scale, causal, block_q, block_k);
     pl::Array result = pl::ops::mha(borrow(q.untyped_data(), q.dimensions()), borrow(k.untyped_data(), k.dimensions()),
                                     borrow(v.untyped_data(), v.dimensions()), pl::Array(), o);
     result = pl::to_host(result);
@@ -45,7 +54,41 @@ ffi::Error MhaForward(ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k, ffi::Buf
   }
 }
 
+// On a GPU: XLA's device buffers and its stream. Palladium queues the attention kernel on that
+// stream (external_stream), so it runs in order with the rest of the jitted program, and copies the
+// result into XLA's output buffer on it; nothing waits on the host. `device` is the CUDA ordinal
+// of the buffers (the Python side passes it).
+ffi::Error MhaForwardCuda(CUstream_st* stream, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
+                          ffi::Buffer<ffi::F32> v, ffi::ResultBuffer<ffi::F32> out, float sm_scale, bool causal,
+                          int64_t block_q, int64_t block_k, int64_t device) {
+  try {
+    const pl::Device gpu{pl::Device::cuda, static_cast<int>(device)};
+    pl::StreamScope on_xla_stream(pl::external_stream(gpu, stream));
+    pl::Array result = pl::ops::mha(borrow(q.untyped_data(), q.dimensions(), gpu),
+                                    borrow(k.untyped_data(), k.dimensions(), gpu),
+                                    borrow(v.untyped_data(), v.dimensions(), gpu), pl::Array(),
+                                    mha_options(sm_scale, causal, block_q, block_k));
+    pl::copy_into(result, borrow(out->untyped_data(), out->dimensions(), gpu));
+    return ffi::Error::Success();
+  } catch (const std::exception& e) {
+    return ffi::Error::InvalidArgument(e.what());
+  }
+}
+
 }  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PalladiumMhaForwardCuda, MhaForwardCuda,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<CUstream_st*>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<float>("sm_scale")
+                                  .Attr<bool>("causal")
+                                  .Attr<int64_t>("block_q")
+                                  .Attr<int64_t>("block_k")
+                                  .Attr<int64_t>("device"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PalladiumMhaForward, MhaForward,
                               ffi::Ffi::Bind()

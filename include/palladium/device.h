@@ -26,6 +26,11 @@ Array to_device(const Array& a, Device d);
 Array to_host(const Array& a);
 // An uninitialised Array on `d`, its memory ordered for d's current stream.
 Array empty(Shape shape, DType dtype, Device d);
+// Copies `src`'s elements into `dst`'s existing buffer (same shape and dtype; any devices), in order
+// on dst's device's current stream after the work that made `src`: for results that must land in
+// memory another library owns (an XLA output buffer, a torch tensor). Returns once a copy to the
+// host is done; a copy on or between devices is queued.
+void copy_into(const Array& src, const Array& dst);
 // Waits until all work queued on `d`, on every stream, is done; raises any device fault as an Error.
 void synchronize(Device d);
 

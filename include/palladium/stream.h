@@ -63,6 +63,11 @@ class Event {
 // A new stream on `d`. On a CUDA device it runs independently of the legacy default stream
 // (non-blocking); on the host it is a synchronous stream like the default one.
 Stream new_stream(Device d);
+// A stream that another library made and owns, as a CUstream / cudaStream_t handle (the stream XLA
+// hands an FFI handler, torch.cuda.current_stream().cuda_stream): work in a StreamScope of it is
+// queued there, in order with that library's work. Palladium never destroys it; the handle must
+// stay valid while any Stream naming it lives. A null handle is the legacy default stream.
+Stream external_stream(Device d, void* handle);
 // The legacy default stream of `d` (the stream used when no StreamScope is active).
 Stream default_stream(Device d);
 // The stream work on `d` is queued on by this thread now.

@@ -96,6 +96,37 @@ TEST(StreamErrors, EventsDoNotCrossCpuAndCudaStreams) {
                 "other's work (event.synchronize() blocks the host until the event is done)");
 }
 
+TEST(StreamErrors, ExternalStreamsAreCudaStreams) {
+  int dummy = 0;
+  EXPECT_EQ(error_message([&] { (void)external_stream(kCpu, &dummy); }),
+            "external_stream(cpu): only CUDA devices have streams of other libraries");
+  if (!cuda_unavailable_reason().empty()) {
+    EXPECT_EQ(error_message([&] { (void)external_stream(kCuda0, &dummy); }),
+              "external_stream(cuda:0): CUDA is unavailable: " + cuda_unavailable_reason());
+  }
+}
+
+// copy_into writes into a buffer someone else allocated; host to host needs no GPU.
+TEST(CopyInto, HostBuffersAndErrors) {
+  const Array src = normal(61, {5, 7});
+  Array dst(Shape{5, 7}, f32);
+  copy_into(src, dst);
+  EXPECT_TRUE(agree(dst, src, 0));
+  EXPECT_EQ(error_message([&] { copy_into(src, Array(Shape{7, 5}, f32)); }),
+            "copy_into: the source is float32 of shape (5, 7) but the destination is float32 of shape (7, 5)");
+  EXPECT_EQ(error_message([&] { copy_into(src, Array(Shape{5, 7}, pl::f64)); }),
+            "copy_into: the source is float32 of shape (5, 7) but the destination is float64 of shape (5, 7)");
+  EXPECT_EQ(error_message([&] { copy_into(Array(), dst); }), "copy_into: the source is undefined (none)");
+  EXPECT_EQ(error_message([&] { copy_into(src, Array()); }), "copy_into: the destination is undefined (none)");
+  EXPECT_EQ(error_message([&] {
+              (void)pl::jit([&](const Array& a) {
+                copy_into(a, dst);
+                return a;
+              })(src);
+            }),
+            "copy_into: a traced Array has no buffer to copy (call copy_into outside jit, grad and vmap)");
+}
+
 TEST(CpuStreams, AreSynchronousAndCallsRunUnderThem) {
   const Stream s = new_stream(kCpu);
   EXPECT_EQ(s.device(), kCpu);
@@ -338,6 +369,41 @@ TEST(CudaStreams, DeviceToDeviceCopies) {
     EXPECT_TRUE(agree(to_host(other), h, 0));
     EXPECT_TRUE(agree(to_host(to_device(other, kCuda0)), h, 0));
   }
+}
+
+// A stream made by "another library" (here the driver directly): Palladium's work in its scope is
+// queued on it, copy_into lands results in a buffer that library owns, and the handle is not
+// destroyed by Palladium.
+TEST(CudaStreams, ExternalStreamAndCopyInto) {
+  PL_REQUIRE_GPU();
+  const cuda::DriverApi& d = cuda::require_driver();
+  cuda::make_current(0);
+  cuda::CUstream handle = nullptr;
+  ASSERT_EQ(d.cuStreamCreate(&handle, cuda::kStreamNonBlocking), 0);
+  const Array x = normal(62, {256, kCols}), y = normal(63, {256, kCols});
+  Array foreign = empty({256, kCols}, f32, kCuda0);  // stands for a buffer the other library owns
+  {
+    const Stream s = external_stream(kCuda0, handle);
+    EXPECT_NE(s.str().find("external stream"), std::string::npos) << s.str();
+    StreamScope scope(s);
+    const Array dx = to_device(x, kCuda0), dy = to_device(y, kCuda0);
+    Array r = mix(256, "cuda")(dx, dy);
+    for (int i = 0; i < 20; ++i) r = mix(256, "cuda")(r, dy);  // queued work the copy must follow
+    copy_into(r, foreign);
+    EXPECT_EQ(d.cuStreamSynchronize(handle), 0);  // the work was queued on the external stream
+    EXPECT_TRUE(s.done());
+  }
+  Array want = x;
+  for (int i = 0; i < 21; ++i) want = palladium::add(palladium::multiply(want, full({1}, 0.5, f32)),
+                                                       palladium::add(palladium::multiply(y, full({1}, 0.25, f32)),
+                                                                      full({1}, 1.0, f32)));
+  EXPECT_LT(rel_error(to_host(foreign), want), 1e-6);
+  Array host_dst(Shape{256, kCols}, f32);
+  copy_into(foreign, host_dst);  // device to host
+  EXPECT_TRUE(agree(host_dst, to_host(foreign), 0));
+  copy_into(x, foreign);  // host to device
+  EXPECT_TRUE(agree(to_host(foreign), x, 0));
+  EXPECT_EQ(d.cuStreamDestroy(handle), 0);  // still ours to destroy
 }
 
 TEST(CudaStreams, AliasedDeviceInputsAreCopiedOnTheDevice) {

@@ -1,6 +1,8 @@
 // The public device API (palladium/device.h) over the CUDA runtime of the backend. Transfers are
 // queued on the current stream of the device they touch (palladium/stream.h).
 #include "palladium/device.h"
+
+#include <cstring>
 #include "palladium/sharding.h"
 
 #include "backends/cuda/device_runtime.h"
@@ -45,6 +47,38 @@ Array to_host(const Array& a) {
   cuda::copy_to_host(out.data(), cuda::device_ptr(a), a.nbytes(), ref, op);
   cuda::synchronize(ref, op + ": waiting for " + s.str());
   return out;
+}
+
+void copy_into(const Array& src, const Array& dst) {
+  PL_CHECK(src.defined() && dst.defined(), "copy_into: the ", src.defined() ? "destination" : "source",
+           " is undefined (none)");
+  PL_CHECK(!src.is_tracer() && !dst.is_tracer(),
+           "copy_into: a traced Array has no buffer to copy (call copy_into outside jit, grad and vmap)");
+  PL_CHECK(!src.is_sharded() && !dst.is_sharded(), "copy_into: sharded Arrays are not copied piecewise; gather the "
+           "source with to_host first");
+  PL_CHECK(src.shape() == dst.shape() && src.dtype() == dst.dtype(), "copy_into: the source is ",
+           dtype_name(src.dtype()), " of shape ", shape_str(src.shape()), " but the destination is ",
+           dtype_name(dst.dtype()), " of shape ", shape_str(dst.shape()));
+  const Device from = src.device(), to = dst.device();
+  if (src.nbytes() == 0) return;
+  if (to.kind == Device::cpu) {
+    const Array h = to_host(src);  // waits for the device copy
+    std::memmove(const_cast<void*>(dst.data()), h.data(), h.nbytes());
+    return;
+  }
+  if (from.kind == Device::cuda && from != to) return copy_into(to_device(src, to), dst);
+  const std::string op = "copy_into(" + from.str() + " -> " + to.str() + ")";
+  const Stream to_stream = cuda::current_stream_for(op, to.index);
+  const cuda::StreamRef ref = cuda::stream_ref(to_stream);
+  cuda::wait_for_uses(cuda::device_ptr(dst), ref, op);  // earlier readers of the destination
+  cuda::record_use(cuda::device_ptr(dst), ref);
+  if (from.kind == Device::cpu) {
+    cuda::copy_to_device(cuda::device_ptr(dst), src.data(), src.nbytes(), ref, op);
+    cuda::synchronize(ref, op + ": waiting for " + to_stream.str());  // pageable host memory
+  } else {
+    cuda::record_use(cuda::device_ptr(src), ref);
+    cuda::copy_on_device(cuda::device_ptr(dst), cuda::device_ptr(src), src.nbytes(), ref, op);
+  }
 }
 
 Array to_device(const Array& a, Device d) {

@@ -14,8 +14,10 @@ namespace palladium {
 namespace detail {
 
 StreamState::~StreamState() {
-  if (!owned || !handle) return;
+  if ((!owned && !external) || !handle) return;
+  // Blocks it used wait, before reuse, for what was queued on it (the owner may destroy it next).
   cuda::forget_stream(cuda::StreamRef{device.index, handle});
+  if (external) return;
   // Returns at once; the driver releases the stream after its queued work completes.
   if (const cuda::DriverApi* d = cuda::driver()) d->cuStreamDestroy(handle);
 }
@@ -80,7 +82,8 @@ Device Stream::device() const { return state_->device; }
 bool Stream::is_default() const { return state_->serial == 0; }
 
 std::string Stream::str() const {
-  return state_->device.str() + (state_->serial == 0 ? " default stream" : " stream " + std::to_string(state_->serial));
+  if (state_->serial == 0) return state_->device.str() + " default stream";
+  return state_->device.str() + (state_->external ? " external stream " : " stream ") + std::to_string(state_->serial);
 }
 
 void Stream::synchronize() const {
@@ -133,6 +136,16 @@ Stream new_stream(Device d) {
   cuda::CUstream h = nullptr;
   cuda::check_driver(cuda::require_driver().cuStreamCreate(&h, cuda::kStreamNonBlocking), op + ": cuStreamCreate");
   return Stream(std::make_shared<detail::StreamState>(d, h, true, serial));
+}
+
+Stream external_stream(Device d, void* handle) {
+  const std::string op = "external_stream(" + d.str() + ")";
+  PL_CHECK(d.kind == Device::cuda, op, ": only CUDA devices have streams of other libraries");
+  if (handle == nullptr) return default_stream(d);
+  require_cuda(op, d.index);
+  auto state = std::make_shared<detail::StreamState>(d, static_cast<cuda::CUstream>(handle), false, next_serial++);
+  state->external = true;
+  return Stream(std::move(state));
 }
 
 Stream default_stream(Device d) { return Stream(default_state("default_stream(" + d.str() + ")", d)); }

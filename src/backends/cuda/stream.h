@@ -13,6 +13,7 @@ struct StreamState {
   Device device;
   cuda::CUstream handle = nullptr;  // nullptr: the legacy default stream (always, for a cpu stream)
   bool owned = false;               // made by new_stream on a CUDA device: destroyed with the state
+  bool external = false;            // another library's stream (external_stream): never destroyed here
   uint64_t serial = 0;              // 0 for default streams; else numbers new_stream's streams
   StreamState(Device d, cuda::CUstream h, bool own, uint64_t n) : device(d), handle(h), owned(own), serial(n) {}
   StreamState(const StreamState&) = delete;
