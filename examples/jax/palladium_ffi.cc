@@ -5,6 +5,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <utility>
 
 #include <palladium/ops/attention.h>
 #include <palladium/palladium.h>
@@ -77,26 +78,21 @@ ffi::Error MhaForwardCuda(CUstream_st* stream, ffi::Buffer<ffi::F32> q, ffi::Buf
 
 }  // namespace
 
+// The operands, result and attributes both handlers take.
+template <class Binding> auto mha_signature(Binding b) {
+  return std::move(b)
+      .template Arg<ffi::Buffer<ffi::F32>>()
+      .template Arg<ffi::Buffer<ffi::F32>>()
+      .template Arg<ffi::Buffer<ffi::F32>>()
+      .template Ret<ffi::Buffer<ffi::F32>>()
+      .template Attr<float>("sm_scale")
+      .template Attr<bool>("causal")
+      .template Attr<int64_t>("block_q")
+      .template Attr<int64_t>("block_k");
+}
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PalladiumMhaForwardCuda, MhaForwardCuda,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<CUstream_st*>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Attr<float>("sm_scale")
-                                  .Attr<bool>("causal")
-                                  .Attr<int64_t>("block_q")
-                                  .Attr<int64_t>("block_k")
+                              mha_signature(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<CUstream_st*>>())
                                   .Attr<int64_t>("device"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(PalladiumMhaForward, MhaForward,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Attr<float>("sm_scale")
-                                  .Attr<bool>("causal")
-                                  .Attr<int64_t>("block_q")
-                                  .Attr<int64_t>("block_k"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PalladiumMhaForward, MhaForward, mha_signature(ffi::Ffi::Bind()));

@@ -19,12 +19,15 @@ struct CompileOptions {
 class Executable {
  public:
   virtual ~Executable() = default;
-  // inputs: one per pallas_call input (undefined for None inputs); outputs: allocated by the caller
-  // on the host, holding the aliased input's values where an alias exists. A backend that does not
-  // run on the host gets its unaliased outputs undefined and allocates them where they are computed
-  // (a host buffer for a device result cost a malloc, or an mmap for a large one, per eager op).
+  // inputs: one per pallas_call input (undefined for None inputs); outputs: one per kernel output,
+  // holding a copy of the aliased input where an alias exists and undefined otherwise: the backend
+  // allocates those where it computes them (a host buffer made for a device result cost a malloc,
+  // or an mmap for a large one, per eager op).
   virtual void run(const std::vector<Array>& inputs, std::vector<Array>& outputs) = 0;
 };
+
+// Host allocations for the outputs `run` received undefined (the host backends' first step).
+void allocate_host_outputs(const ir::Kernel& kernel, std::vector<Array>& outputs);
 
 class Backend {
  public:

@@ -8,6 +8,12 @@
 
 namespace palladium::backend {
 
+void allocate_host_outputs(const ir::Kernel& kernel, std::vector<Array>& outputs) {
+  for (const ir::RefParam& p : kernel.refs)
+    if (p.is_output && !outputs.at(static_cast<size_t>(p.operand)).defined())
+      outputs[static_cast<size_t>(p.operand)] = Array(p.array_shape, p.dtype);
+}
+
 std::vector<std::string> names() { return {"interpret", "cpu", "cuda"}; }
 
 Backend& get(const std::string& name) {

@@ -211,9 +211,9 @@ std::vector<Array> invoke(const CallImpl& call, const std::vector<Array>& given)
     for (Array& a : inputs)
       if (a.defined() && a.device().kind != Device::cpu) a = to_host(a);
   std::vector<Array> outputs;
-  for (const ShapeDtype& s : e->outputs) outputs.push_back(e->runs_on_host ? Array(s.shape, s.dtype) : Array());
+  outputs.resize(e->outputs.size());  // the backend allocates all but the aliased ones
   for (auto [in, out] : e->aliases) {
-    PL_ASSERT(e->runs_on_host || !outputs[static_cast<size_t>(out)].defined(), "output aliased twice");
+    PL_ASSERT(!outputs[static_cast<size_t>(out)].defined(), "output aliased twice");
     PL_ASSERT(inputs[static_cast<size_t>(in)].shape() == e->outputs[static_cast<size_t>(out)].shape,
               "aliased shapes differ");
     const Array& src = inputs[static_cast<size_t>(in)];

@@ -246,7 +246,9 @@ std::optional<int64_t> contiguous_slice_start(const Params& params, const Shape&
 
 // An Array over part of another's buffer, keeping that buffer alive. Only device arrays are viewed:
 // their data is written by kernels that make new arrays, never in place, while a host Array's
-// data can be set through the view's parent.
+// data can be set through the view's parent. Only eager ops: in a jitted program a view at an
+// offset into an input would escape the CUDA graph's pointer patching, which matches whole
+// buffers by address (executor_graph.cc).
 Array device_view(const Array& a, int64_t first, const Type& t) {
   struct View {
     std::shared_ptr<Storage> parent;

@@ -190,7 +190,7 @@ std::vector<Array> bind(Prim prim, Params params, const std::vector<Array>& ins)
     if (a.device() != *device) {
       PL_CHECK(a.size() <= 1, prim_name(prim), ": operands live on different devices (", device->str(), " and ",
                a.device().str(), "); move them to one device with pl::to_device first");
-      a = is_elementwise(prim) && a.size() == 1 && a.nbytes() <= 8 ? uploaded_scalar(a, *device) : to_device(a, *device);
+      a = is_elementwise(prim) && a.size() == 1 ? uploaded_scalar(a, *device) : to_device(a, *device);
     }
   return run_eager(prim, params, placed, outs, *device);
 }

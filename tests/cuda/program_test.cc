@@ -76,21 +76,25 @@ TEST(CudaProgram, EagerSlicesOfDeviceArrays) {
   const Array x = normal(26, {6, 8, 10});
   struct Case {
     std::vector<int64_t> lo, hi, step;
+    int64_t view_at;  // the first element's offset in the parent when it is a view; -1: a copy
   };
   const std::vector<Case> cases = {
-      {{2, 0, 0}, {3, 8, 10}, {}},   // one row: a view
-      {{1, 0, 0}, {4, 8, 10}, {}},   // rows 1..3: a view
-      {{2, 3, 0}, {3, 5, 10}, {}},   // inside one row: a view
-      {{2, 3, 4}, {3, 4, 9}, {}},    // a run inside one line: a view
-      {{0, 0, 0}, {6, 8, 10}, {}},   // everything: a view
-      {{0, 1, 0}, {6, 3, 10}, {}},   // strided over the first axis: a copy
-      {{1, 0, 2}, {3, 8, 7}, {}},    // partial last axis over rows: a copy
-      {{0, 0, 0}, {6, 8, 10}, {2, 1, 1}},  // a step: a copy
+      {{2, 0, 0}, {3, 8, 10}, {}, 160},   // one row
+      {{1, 0, 0}, {4, 8, 10}, {}, 80},    // rows 1..3
+      {{2, 3, 0}, {3, 5, 10}, {}, 190},   // inside one row
+      {{2, 3, 4}, {3, 4, 9}, {}, 194},    // a run inside one line
+      {{0, 0, 0}, {6, 8, 10}, {}, 0},     // everything
+      {{0, 1, 0}, {6, 3, 10}, {}, -1},    // strided over the first axis
+      {{1, 0, 2}, {3, 8, 7}, {}, -1},     // partial last axis over rows
+      {{0, 0, 0}, {6, 8, 10}, {2, 1, 1}, -1},  // a step
   };
   for (const Case& c : cases) {
     Array dx = on_backend(x);
     const Array got = lax::slice(dx, c.lo, c.hi, c.step);
     const Array want = lax::slice(x, c.lo, c.hi, c.step);
+    const std::ptrdiff_t at = static_cast<const char*>(got.data()) - static_cast<const char*>(dx.data());
+    if (c.view_at >= 0) EXPECT_EQ(at, c.view_at * 4) << shape_str(want.shape());
+    else EXPECT_TRUE(at < 0 || at >= static_cast<std::ptrdiff_t>(dx.nbytes())) << shape_str(want.shape());
     dx = Array();  // the view keeps the parent's buffer alive
     Array twice = got * 2.0;
     {

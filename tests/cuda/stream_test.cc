@@ -386,14 +386,16 @@ TEST(CudaStreams, ExternalStreamAndCopyInto) {
     const Stream s = external_stream(kCuda0, handle);
     EXPECT_NE(s.str().find("external stream"), std::string::npos) << s.str();
     StreamScope scope(s);
-    const Array dx = to_device(x, kCuda0), dy = to_device(y, kCuda0);
-    Array r = mix(256, "cuda")(dx, dy);
+    const Array dx = to_device(x, kCuda0), dy = to_device(y, kCuda0), n = to_device(steps(kLongLoop), kCuda0);
+    Array r = mix(256, "cuda")(slow_double(256, "cuda")(n, dx), dy);  // some milliseconds
     for (int i = 0; i < 20; ++i) r = mix(256, "cuda")(r, dy);  // queued work the copy must follow
     copy_into(r, foreign);
-    EXPECT_EQ(d.cuStreamSynchronize(handle), 0);  // the work was queued on the external stream
+    // Queued on the external stream: still running there, done once that stream is synchronized.
+    EXPECT_EQ(d.cuStreamQuery(handle), cuda::kErrorNotReady);
+    EXPECT_EQ(d.cuStreamSynchronize(handle), 0);
     EXPECT_TRUE(s.done());
   }
-  Array want = x;
+  Array want = palladium::multiply(x, full({1}, 2.0, f32));  // slow_double
   for (int i = 0; i < 21; ++i) want = palladium::add(palladium::multiply(want, full({1}, 0.5, f32)),
                                                        palladium::add(palladium::multiply(y, full({1}, 0.25, f32)),
                                                                       full({1}, 1.0, f32)));

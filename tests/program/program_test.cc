@@ -8,6 +8,7 @@
 #include "palladium/device.h"
 #include "palladium/palladium.h"
 #include "ops/indrnn.h"
+#include "tests/support/program_support.h"
 #include "tests/support/test_support.h"
 
 namespace pl = palladium;
@@ -18,24 +19,11 @@ namespace {
 
 using palladium::test_support::error_message;
 
-std::vector<std::string> host_backends() {
-  std::vector<std::string> r{"interpret"};
-  for (const std::string& b : pl::available_backends())
-    if (b == "cpu") r.push_back(b);
-  return r;
-}
+using palladium::test_support::count_of;
+using palladium::test_support::host_backends;
+using palladium::test_support::optimized_part;
 
-class Program : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override { scope_ = std::make_unique<pl::BackendScope>(GetParam()); }
-  std::unique_ptr<pl::BackendScope> scope_;
-};
-
-size_t count_of(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
+class Program : public palladium::test_support::OnBackend {};
 
 Array randn(Shape s, uint64_t seed) { return pl::random::normal(pl::random::key(seed), std::move(s)); }
 
@@ -241,9 +229,7 @@ TEST_P(Program, JitDropsProductsWithOne) {
     return std::make_tuple(x * ones, pl::lax::full({3, 4, 6}, 1.0) * x, x * 1.5);
   });
   Array x = randn({4, 6}, 13);
-  const std::string lowered = f.lower(x);
-  const size_t from = lowered.find("--- optimized ---");
-  const std::string opt = lowered.substr(from, lowered.find("--- steps") - from);
+  const std::string opt = optimized_part(f.lower(x));
   EXPECT_EQ(count_of(opt, "mul("), 2u) << opt;
   auto [a, b, c] = f(x);
   EXPECT_EQ(pl::rel_error(a, x), 0.0);

@@ -9,6 +9,7 @@
 #include "palladium/palladium.h"
 #include "ops/indrnn.h"
 #include "tests/support/indrnn_naive.h"
+#include "tests/support/program_support.h"
 
 namespace pl = palladium;
 using pl::Array;
@@ -16,31 +17,14 @@ using pl::Shape;
 
 namespace {
 
-std::vector<std::string> host_backends() {
-  std::vector<std::string> r{"interpret"};
-  for (const std::string& b : pl::available_backends())
-    if (b == "cpu") r.push_back(b);
-  return r;
-}
+using palladium::test_support::host_backends;
+using palladium::test_support::optimized_part;
+using palladium::test_support::count_of;
 
-class Reroll : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override { scope_ = std::make_unique<pl::BackendScope>(GetParam()); }
-  std::unique_ptr<pl::BackendScope> scope_;
-};
+class Reroll : public palladium::test_support::OnBackend {};
 
 Array randn(Shape s, uint64_t seed) { return pl::random::normal(pl::random::key(seed), std::move(s)); }
 
-std::string optimized_part(const std::string& lowered) {
-  const size_t from = lowered.find("--- optimized ---");
-  return lowered.substr(from, lowered.find("--- steps") - from);
-}
-
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
 
 // The largest %id printed in a program's text.
 long largest_var(const std::string& text) {
@@ -58,13 +42,13 @@ TEST_P(Reroll, NaiveIndRnnLoopBecomesOneFusedScan) {
   auto f = pl::jit(indrnn_naive_loop);
   const std::string lowered = f.lower(x, u, h0);
   const std::string opt = optimized_part(lowered);
-  EXPECT_EQ(count(opt, "scan"), 1u) << opt;
-  EXPECT_EQ(count(opt, " slice"), 0u) << opt;  // x[t] is the scan's xs
+  EXPECT_EQ(count_of(opt, "scan"), 1u) << opt;
+  EXPECT_EQ(count_of(opt, " slice"), 0u) << opt;  // x[t] is the scan's xs
   EXPECT_NE(lowered.find("(1 kernels)"), std::string::npos) << lowered;  // scan_fused
   EXPECT_LT(pl::rel_error(f(x, u, h0), pl::ops::indrnn_reference(x, u, h0)), 1e-6);
   // The rerolled program has the same size at any trip count.
   Array longer = randn({10 * T, F}, 4);
-  EXPECT_EQ(count(optimized_part(f.lower(longer, u, h0)), "\n"), count(opt, "\n"));
+  EXPECT_EQ(count_of(optimized_part(f.lower(longer, u, h0)), "\n"), count_of(opt, "\n"));
   // Its vars are numbered afresh (the executor's environment has one slot per var, and the
   // unrolled trace left thousands behind): no var id beyond the handful the program uses.
   EXPECT_LT(largest_var(opt), 10) << opt;
@@ -90,7 +74,7 @@ TEST_P(Reroll, TwoCarriesInvariantsAndAnOffsetWindow) {
   Array x = randn({20, 5, 3}, 5), w = randn({5, 3}, 6);
   auto jf = pl::jit(f);
   const std::string opt = optimized_part(jf.lower(x, w));
-  EXPECT_EQ(count(opt, "scan"), 1u) << opt;
+  EXPECT_EQ(count_of(opt, "scan"), 1u) << opt;
   auto [as, bs, a, b] = f(x, w);
   auto [jas, jbs, ja, jb] = jf(x, w);
   EXPECT_LT(pl::rel_error(jas, as), 1e-6);
@@ -127,7 +111,7 @@ TEST_P(Reroll, LoopsThatAreNotOneElementwiseScanStayUnrolled) {
                         std::function<Array(const Array&, const Array&, const Array&)>(middle_read),
                         std::function<Array(const Array&, const Array&, const Array&)>(short_loop)}) {
     auto jf = pl::jit(f);
-    EXPECT_EQ(count(optimized_part(jf.lower(x, m, h0)), "scan"), 0u);
+    EXPECT_EQ(count_of(optimized_part(jf.lower(x, m, h0)), "scan"), 0u);
     EXPECT_LT(pl::rel_error(jf(x, m, h0), f(x, m, h0)), 1e-6);
   }
 }

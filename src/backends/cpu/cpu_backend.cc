@@ -77,6 +77,7 @@ class CpuExecutable final : public backend::Executable {
       : kernel_(kernel), generated_(std::move(generated)), module_(std::move(module)) {}
 
   void run(const std::vector<Array>& inputs, std::vector<Array>& outputs) override {
+    backend::allocate_host_outputs(kernel_, outputs);
     std::vector<void*> refs(kernel_.refs.size());
     for (size_t i = 0; i < kernel_.refs.size(); ++i) {
       const ir::RefParam& p = kernel_.refs[i];

@@ -296,7 +296,7 @@ class CudaExecutable final : public backend::Executable {
           record_use(device_ptr(o), stream);
           ptrs.push_back(device_ptr(o));
         } else {
-          if (!o.defined()) o = Array(p.array_shape, p.dtype);
+          if (!o.defined()) o = Array(p.array_shape, p.dtype);  // host inputs: host results
           const CUdeviceptr dp = temp(o.nbytes());
           if (aliased) copy_to_device(dp, o.data(), o.nbytes(), stream, what() + ": copying aliased output " + std::to_string(p.operand));
           ptrs.push_back(dp);
@@ -412,25 +412,6 @@ class CudaExecutable final : public backend::Executable {
   std::map<int, std::shared_ptr<const DeviceKernel>> per_device_;
 };
 
-// Compile-only mode runs the interpreter, which expects its outputs allocated on the host; the
-// cuda backend's callers leave them to the backend (backend.h).
-class HostOutputsFirst final : public backend::Executable {
- public:
-  HostOutputsFirst(const ir::Kernel& k, std::unique_ptr<backend::Executable> inner) : inner_(std::move(inner)) {
-    for (const ir::RefParam& p : k.refs)
-      if (p.is_output) outputs_.emplace_back(p.operand, ShapeDtype(p.array_shape, p.dtype));
-  }
-  void run(const std::vector<Array>& inputs, std::vector<Array>& outputs) override {
-    for (const auto& [i, t] : outputs_)
-      if (!outputs.at(static_cast<size_t>(i)).defined()) outputs[static_cast<size_t>(i)] = Array(t.shape, t.dtype);
-    inner_->run(inputs, outputs);
-  }
-
- private:
-  std::unique_ptr<backend::Executable> inner_;
-  std::vector<std::pair<int, ShapeDtype>> outputs_;
-};
-
 class CudaBackend final : public backend::Backend {
  public:
   const char* name() const override { return "cuda"; }
@@ -450,7 +431,7 @@ class CudaBackend final : public backend::Backend {
       CompileResult c = compile_to_cubin(g, k.name, target_for(sm / 10, sm % 10), true, o.debug);
       ++compiled_count;
       if (o.debug) write_debug_files(k.name, g, c.ptx, c.cubin);
-      return std::make_unique<HostOutputsFirst>(k, interp::backend().compile(k, o));
+      return interp::backend().compile(k, o);
     }
     auto exe = std::make_unique<CudaExecutable>(k, o);
     exe->kernel_for(0);  // compile now, so errors surface at the call that traced the kernel

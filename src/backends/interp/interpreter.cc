@@ -354,6 +354,7 @@ class InterpretedKernel final : public backend::Executable {
  public:
   explicit InterpretedKernel(const ir::Kernel& k) : kernel_(k) {}
   void run(const std::vector<Array>& inputs, std::vector<Array>& outputs) override {
+    backend::allocate_host_outputs(kernel_, outputs);
     Machine(kernel_, inputs, outputs).run();
   }
 
