@@ -53,15 +53,15 @@ std::shared_ptr<Executable> Executable::compile(const Program& p, Device device,
   x->backend_ = options.backend.empty() ? array_backend(device) : options.backend;
   const Program& prog = x->program_;
   for (Array& c : x->program_.consts) c = placed(c, device);
-  for (const FusionGroup& g : fuse(prog, options.fuse)) {
+  for (const FusionGroup& g : fuse(prog, options.fuse, block_budget(x->backend_))) {
     auto step = std::make_shared<Step>();
     const Eqn& first = prog.eqns[g.eqns[0]];
     step->eqn = &first;
-    if (g.elementwise) {
+    if (g.fused) {
       if (g.outs.empty()) continue;  // nothing of it is used
       std::vector<const Eqn*> members;
       for (size_t i : g.eqns) members.push_back(&prog.eqns[i]);
-      step->kernel = lower_elementwise_group(prog, members, g.ins, g.outs, x->backend_);
+      step->kernel = lower_fused_group(prog, members, g, x->backend_);
       step->ins = g.ins;
       step->outs = g.outs;
       step->label = "kernel " + step->kernel.call->name();
@@ -184,6 +184,9 @@ std::vector<Array> Executable::run_steps(const std::vector<Array>& inputs, std::
         ins.insert(ins.end(), s.kernel.extra.begin(), s.kernel.extra.end());
         outs = detail::invoke(*s.kernel.call, ins);
         if (s.kernel.then) outs = detail::invoke(*s.kernel.then, outs);
+        // A fused group stores a reduced value with its reduced axes as size-1 dimensions.
+        for (size_t o = 0; o < outs.size(); ++o)
+          if (outs[o].shape() != p.type(s.outs[o]).shape) outs[o] = outs[o].reshape(p.type(s.outs[o]).shape);
         break;
       }
       case Step::Kind::view:

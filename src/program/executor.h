@@ -13,7 +13,7 @@ namespace palladium::program {
 
 struct CompileOptions {
   std::string backend;  // "" = array_backend(device)
-  bool fuse = true;     // fuse elementwise chains into one kernel
+  bool fuse = true;     // fuse elementwise chains (and the reductions among them) into one kernel
   bool graphs = false;  // on CUDA, record the launches of one run and replay them as a graph (jit)
 };
 
@@ -52,13 +52,7 @@ Array placed(const Array& a, Device d);
 std::vector<Array> run_eager(Prim prim, const Params& params, const std::vector<Array>& ins,
                              const std::vector<Type>& outs, Device device);
 
-// Groups of equations that run as one step: a fused elementwise chain, or one equation.
-struct FusionGroup {
-  std::vector<size_t> eqns;  // indices into the program, in order
-  std::vector<int> ins;      // vars read from outside the group
-  std::vector<int> outs;     // vars used after the group (or returned)
-  bool elementwise = false;
-};
-std::vector<FusionGroup> fuse(const Program& p, bool enabled);
+// `block_budget`: the most elements a block of a generated kernel holds (block_budget(backend)).
+std::vector<FusionGroup> fuse(const Program& p, bool enabled, int64_t block_budget);
 
 }  // namespace palladium::program

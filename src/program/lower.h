@@ -31,10 +31,20 @@ struct KernelStep {
 // Elements per block of generated kernels on this backend (a tile the backend runs well).
 int64_t block_budget(const std::string& backend);
 
-// One kernel for a group of elementwise equations that all produce arrays of shape `shape`;
-// `ins` are the group's operands from outside it, `outs` the values used after it.
-KernelStep lower_elementwise_group(const Program& p, const std::vector<const Eqn*>& eqns, const std::vector<int>& ins,
-                                   const std::vector<int>& outs, const std::string& backend);
+// Groups of equations that run as one step: a fused group (elementwise equations, and reductions
+// whose reduced axes fit one block, over one domain shape), or one equation.
+struct FusionGroup {
+  std::vector<size_t> eqns;  // indices into the program, in order
+  std::vector<int> ins;      // vars read from outside the group
+  std::vector<int> outs;     // vars used after the group (or returned)
+  bool fused = false;  // lowered by lower_fused_group
+  Shape domain;              // the shape every value of the group broadcasts to
+  std::vector<int64_t> whole;  // domain axes the group reduces: held whole by every block
+};
+// One kernel for a fused group (`eqns` are its equations): the grid tiles the domain, its whole
+// axes in one block; reductions reduce the block in registers.
+KernelStep lower_fused_group(const Program& p, const std::vector<const Eqn*>& eqns, const FusionGroup& g,
+                             const std::string& backend);
 // The kernel language's value of one elementwise equation on blocks (block: the block shape of a
 // kernel of grid rank `rank`, for iota's offsets).
 Value apply_elementwise(const Eqn& e, const std::vector<Value>& ins, const Shape& block, size_t rank);

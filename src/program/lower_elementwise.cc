@@ -1,6 +1,8 @@
-// Elementwise families lowered to one tiled kernel per fused group: the grid tiles the result
-// shape, an operand of lower rank or with broadcast (size-1) dimensions gets blocks of size 1 there
-// (index 0), and each equation applies the kernel language's op of the same name to the blocks.
+// Fused groups lowered to one tiled kernel each: the grid tiles the group's domain (its reduced
+// axes whole in every block), an operand of lower rank or with broadcast (size-1) dimensions gets
+// blocks of size 1 there (index 0), and each equation applies the kernel language's op of the same
+// name to the blocks.
+#include <algorithm>
 #include <map>
 
 #include "core/grid_mapping.h"
@@ -68,38 +70,132 @@ Value apply_elementwise(const Eqn& e, const std::vector<Value>& a, const Shape& 
   }
 }
 
-KernelStep lower_elementwise_group(const Program& p, const std::vector<const Eqn*>& eqns, const std::vector<int>& ins,
-                                   const std::vector<int>& outs, const std::string& backend) {
-  const Shape shape = p.type(outs.at(0)).shape;
+namespace {
+
+// `s` with leading size-1 dimensions up to rank r.
+Shape at_rank(const Shape& s, size_t r) {
+  Shape out(r - s.size(), 1);
+  out.insert(out.end(), s.begin(), s.end());
+  return out;
+}
+
+// The domain tiled with its whole axes in one block: the other axes share what the block budget
+// leaves after the whole ones.
+Tiling tile_domain(const Shape& domain, const std::vector<int64_t>& whole, int64_t budget) {
+  std::vector<bool> is_whole(domain.size(), false);
+  int64_t whole_elems = 1;
+  for (int64_t a : whole) {
+    is_whole[static_cast<size_t>(a)] = true;
+    whole_elems *= domain[static_cast<size_t>(a)];
+  }
+  Shape kept;
+  for (size_t d = 0; d < domain.size(); ++d)
+    if (!is_whole[d]) kept.push_back(domain[d]);
+  const Tiling k = tile(kept, std::max<int64_t>(1, budget / std::max<int64_t>(whole_elems, 1)));
+  Tiling t;
+  for (size_t d = 0, j = 0; d < domain.size(); ++d) {
+    t.block.push_back(is_whole[d] ? domain[d] : k.block[j]);
+    t.grid.push_back(is_whole[d] ? 1 : k.grid[j++]);
+  }
+  return t;
+}
+
+Value reduce_block(Prim prim, Value v, std::vector<int64_t> axes) {
+  std::sort(axes.begin(), axes.end());
+  for (size_t i = axes.size(); i-- > 0;) {
+    switch (prim) {
+      case Prim::reduce_sum: v = v.sum(axes[i]); break;
+      case Prim::reduce_max: v = v.max(axes[i]); break;
+      case Prim::reduce_min: v = v.min(axes[i]); break;
+      default: throw InternalError(std::string("lower_fused_group: ") + prim_name(prim) + " is not a fused reduction");
+    }
+  }
+  return v;
+}
+
+}  // namespace
+
+KernelStep lower_fused_group(const Program& p, const std::vector<const Eqn*>& eqns, const FusionGroup& g,
+                             const std::string& backend) {
+  const Shape& shape = g.domain;
   const size_t rank = shape.size();
-  const Tiling t = tile(shape, block_budget(backend));
+  const Tiling t = tile_domain(shape, g.whole, block_budget(backend));
+  // Every value's shape at the domain's rank: reduced axes (and broadcast ones) of size 1.
+  std::map<int, Shape> embedded;
+  for (int v : g.ins) embedded[v] = at_rank(p.type(v).shape, rank);
+  for (const Eqn* e : eqns) {
+    if (family_of(e->prim) == Family::reduce) {
+      Shape s = embedded.at(e->ins[0]);
+      for (int64_t a : e->params.axes) s[static_cast<size_t>(a)] = 1;
+      embedded[e->outs[0]] = s;
+    } else if (e->prim == Prim::reshape) {
+      embedded[e->outs[0]] = embedded.at(e->ins[0]);
+    } else {
+      embedded[e->outs[0]] = at_rank(p.type(e->outs[0]).shape, rank);
+    }
+  }
+  auto block_of = [&](int v) {
+    Shape b = t.block;
+    for (size_t d = 0; d < rank; ++d)
+      if (embedded.at(v)[d] == 1) b[d] = 1;
+    return b;
+  };
+  auto broadcast_dims = [&](int v) {
+    std::vector<bool> b(rank);
+    for (size_t d = 0; d < rank; ++d) b[d] = embedded.at(v)[d] == 1 && shape[d] != 1;
+    return b;
+  };
   KernelStep step;
-  step.ins = ins;
-  step.outs = outs;
+  step.ins = g.ins;
+  step.outs = g.outs;
   std::vector<BlockSpec> in_specs, out_specs;
-  for (int v : ins) {
-    Shape view(rank - p.type(v).shape.size(), 1);
-    for (int64_t d : p.type(v).shape) view.push_back(d);
-    step.in_views.push_back(view);
-    std::vector<bool> broadcast(rank);
-    for (size_t d = 0; d < rank; ++d) broadcast[d] = view[d] == 1 && shape[d] != 1;
-    in_specs.push_back(grid_spec(t, broadcast));
+  for (int v : g.ins) {
+    step.in_views.push_back(embedded.at(v));
+    in_specs.push_back(grid_spec(t, broadcast_dims(v)));
   }
   std::vector<ShapeDtype> out_types;
-  for (int v : outs) {
-    out_types.emplace_back(shape, p.type(v).dtype);
-    out_specs.push_back(grid_spec(t, std::vector<bool>(rank, false)));
+  std::vector<Shape> out_blocks;
+  for (int v : g.outs) {
+    out_types.emplace_back(embedded.at(v), p.type(v).dtype);
+    out_specs.push_back(grid_spec(t, broadcast_dims(v)));
+    out_blocks.push_back(block_of(v));
   }
   std::vector<Eqn> body;
-  for (const Eqn* e : eqns) body.push_back(*e);
+  std::map<int, Shape> reduce_blocks;  // per reduction: its operand's block, and its result's
+  std::map<int, DType> reduce_dtypes;  // per reduction: its result's dtype
+  for (const Eqn* e : eqns) {
+    body.push_back(*e);
+    if (family_of(e->prim) == Family::reduce) {
+      reduce_blocks[e->ins[0]] = block_of(e->ins[0]);
+      reduce_blocks[e->outs[0]] = block_of(e->outs[0]);
+      reduce_dtypes[e->outs[0]] = p.type(e->outs[0]).dtype;
+    }
+  }
   std::string name = "fused";
-  for (const Eqn& e : body) name += std::string("_") + prim_name(e.prim);
+  for (const Eqn& e : body)
+    if (e.prim != Prim::reshape) name += std::string("_") + prim_name(e.prim);
   if (name.size() > 48) name = name.substr(0, 48);
   const Shape block = t.block;
-  auto kernel = [body, ins, outs, block, rank](Refs refs) {
+  const std::vector<int> ins = g.ins, outs = g.outs;
+  auto kernel = [body, ins, outs, block, rank, reduce_blocks, reduce_dtypes](Refs refs) {
     std::map<int, Value> env;
     for (size_t i = 0; i < ins.size(); ++i) env[ins[i]] = refs[i][all];
     for (const Eqn& e : body) {
+      if (family_of(e.prim) == Family::reduce) {
+        // The operand may be held smaller than its block (broadcast): reduce the whole block.
+        // As the standalone reduction: a 16-bit float sum into float32 is summed in float32.
+        Value v = jnp::broadcast_to(env.at(e.ins[0]), reduce_blocks.at(e.ins[0]));
+        const DType out = reduce_dtypes.at(e.outs[0]);
+        if (e.prim == Prim::reduce_sum && out == DType::float32 && is_float(v.dtype()) && itemsize(v.dtype()) == 2)
+          v = v.astype(DType::float32);
+        v = reduce_block(e.prim, v, e.params.axes).reshape(reduce_blocks.at(e.outs[0]));
+        env[e.outs[0]] = v.astype(out);
+        continue;
+      }
+      if (e.prim == Prim::reshape) {  // the identity on embedded shapes
+        env[e.outs[0]] = env.at(e.ins[0]);
+        continue;
+      }
       std::vector<Value> a;
       for (int v : e.ins) a.push_back(env.at(v));
       env[e.outs[0]] = apply_elementwise(e, a, block, rank);
@@ -108,7 +204,7 @@ KernelStep lower_elementwise_group(const Program& p, const std::vector<const Eqn
       const Ref& r = refs[ins.size() + o];
       Value v = env.at(outs[o]);
       if (v.shape() != r.shape()) v = jnp::broadcast_to(v, r.shape());
-      store(r, v);
+      store(r, v.astype(r.dtype()));
     }
   };
   step.call = make_kernel(name, kernel, out_types, t.grid, std::move(in_specs), std::move(out_specs), backend);

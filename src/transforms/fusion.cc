@@ -1,7 +1,20 @@
-// Fusion: elementwise equations that produce arrays of one shape join one group, lowered to one
-// kernel. A group stays open while later equations may join it and closes as soon as anything
-// outside it reads one of its values, so groups run in dependency order. Constants (`full`) are
-// recomputed inside every group that reads them instead of being materialised.
+// Fusion: equations over one domain shape join one group, lowered to one kernel. A group holds
+// elementwise equations, and also reductions (sum, max, min) whose reduced axes fit in one block,
+// with the reshapes that put their reduced axes back as size-1 dimensions: a row softmax or a
+// column mean with what follows it is one kernel, each program holding whole rows (columns).
+//
+// Every value of a group is held in the kernel at the domain's rank: its "embedded" shape is the
+// domain with size-1 dimensions where it is broadcast or reduced. An elementwise equation joins a
+// group only where NumPy's broadcasting of its operands' program shapes is the broadcasting of
+// their embedded shapes; a reshape joins only where it is the identity on the embedded shape.
+//
+// A group stays open while later equations may join it and closes as soon as anything outside it
+// reads one of its values, so groups run in dependency order. Constants (`full`) are recomputed
+// inside every group that reads them instead of being materialised.
+#include <algorithm>
+#include <list>
+#include <map>
+#include <optional>
 #include <set>
 
 #include "program/executor.h"
@@ -13,10 +26,11 @@ namespace {
 
 struct Open {
   FusionGroup group;
-  Shape shape;
-  std::set<int> produced;
-  std::set<int> inputs;   // read from outside so far
-  size_t outputs = 0;     // results read outside (or returned), so far
+  std::map<int, Shape> embedded;  // every value the group produces
+  std::set<int> inputs;           // read from outside so far
+  size_t outputs = 0;             // results read outside (or returned), so far
+  const Shape& domain() const { return group.domain; }
+  bool produces(int v) const { return embedded.count(v) > 0; }
 };
 
 // A generated kernel takes at most 24 refs: cap a group's operands and results.
@@ -25,9 +39,34 @@ constexpr size_t kMaxGroupOutputs = 6;
 
 bool inlinable(const Eqn& e) { return e.prim == Prim::full; }
 
+bool fusible_reduction(Prim p) { return p == Prim::reduce_sum || p == Prim::reduce_max || p == Prim::reduce_min; }
+
+// `s` with leading size-1 dimensions up to rank r (NumPy's alignment); nullopt past rank r.
+std::optional<Shape> aligned(const Shape& s, size_t r) {
+  if (s.size() > r) return std::nullopt;
+  Shape out(r - s.size(), 1);
+  out.insert(out.end(), s.begin(), s.end());
+  return out;
+}
+
+bool is_whole(const FusionGroup& g, size_t d) {
+  for (int64_t a : g.whole)
+    if (static_cast<size_t>(a) == d) return true;
+  return false;
+}
+
+// Elements of the domain along its whole axes, with `more` added.
+int64_t whole_extent(const FusionGroup& g, const std::vector<int64_t>& more) {
+  std::set<int64_t> axes(g.whole.begin(), g.whole.end());
+  axes.insert(more.begin(), more.end());
+  int64_t n = 1;
+  for (int64_t a : axes) n *= g.domain[static_cast<size_t>(a)];
+  return n;
+}
+
 }  // namespace
 
-std::vector<FusionGroup> fuse(const Program& p, bool enabled) {
+std::vector<FusionGroup> fuse(const Program& p, bool enabled, int64_t block_budget) {
   std::vector<int> producer(p.types.size(), -1);
   for (size_t i = 0; i < p.eqns.size(); ++i)
     for (int v : p.eqns[i].outs) producer[static_cast<size_t>(v)] = static_cast<int>(i);
@@ -35,16 +74,23 @@ std::vector<FusionGroup> fuse(const Program& p, bool enabled) {
   std::vector<std::vector<size_t>> readers(p.types.size());
   for (size_t i = 0; i < p.eqns.size(); ++i)
     for (int v : p.eqns[i].ins) readers[static_cast<size_t>(v)].push_back(i);
+  auto may_join = [&](const Eqn& e) {
+    return enabled && (is_elementwise(e.prim) || fusible_reduction(e.prim) || e.prim == Prim::reshape);
+  };
+  auto is_inlined = [&](int v) {
+    const int pi = producer[static_cast<size_t>(v)];
+    return pi >= 0 && inlinable(p.eqns[static_cast<size_t>(pi)]);
+  };
 
-  // Whether v may be read outside an elementwise group: by a non-elementwise equation, or returned.
+  // Whether v may be read outside a group: by an equation that never joins one, or returned.
   auto escapes = [&](int v) {
     if (returned.count(v)) return true;
     for (size_t j : readers[static_cast<size_t>(v)])
-      if (!enabled || !is_elementwise(p.eqns[j].prim)) return true;
+      if (!may_join(p.eqns[j])) return true;
     return false;
   };
   std::vector<FusionGroup> done;
-  std::vector<Open> open;
+  std::list<Open> open;  // a list: groups keep their address while others close
   std::set<int> materialised;  // inlinable vars given a step of their own
 
   auto finish = [&](FusionGroup g) {
@@ -58,24 +104,32 @@ std::vector<FusionGroup> fuse(const Program& p, bool enabled) {
     for (size_t i : g.eqns) {
       const Eqn& e = p.eqns[i];
       for (int v : e.outs) {
-        if (g.elementwise && inlinable(e) && g.eqns.size() > 1) continue;
+        if (g.fused && inlinable(e) && g.eqns.size() > 1) continue;
         bool used_outside = returned.count(v) > 0;
         for (size_t j : readers[static_cast<size_t>(v)])
           if (!members.count(j) && !(inlinable(e) && is_elementwise(p.eqns[j].prim) && enabled)) used_outside = true;
-        if (used_outside || !g.elementwise) g.outs.push_back(v);
+        if (used_outside || !g.fused) g.outs.push_back(v);
       }
     }
     done.push_back(std::move(g));
   };
-  auto close = [&](size_t k) {
-    FusionGroup g = std::move(open[k].group);
-    open.erase(open.begin() + static_cast<std::ptrdiff_t>(k));
+  auto close = [&](std::list<Open>::iterator it) {
+    FusionGroup g = std::move(it->group);
+    open.erase(it);
     finish(std::move(g));
   };
   auto close_producers_of = [&](int v, const Open* keep) {
-    for (size_t k = 0; k < open.size();)
-      if (&open[k] != keep && open[k].produced.count(v)) close(k);
-      else ++k;
+    for (auto it = open.begin(); it != open.end();) {
+      auto next = std::next(it);
+      if (&*it != keep && it->produces(v)) close(it);
+      it = next;
+    }
+  };
+  auto open_group = [&](const Shape& domain) {
+    open.push_back(Open{});
+    open.back().group.fused = true;
+    open.back().group.domain = domain;
+    return &open.back();
   };
   // An inlinable var read where it cannot be inlined gets its own step, once.
   auto materialise = [&](int v) {
@@ -83,59 +137,108 @@ std::vector<FusionGroup> fuse(const Program& p, bool enabled) {
     if (pi < 0 || !inlinable(p.eqns[static_cast<size_t>(pi)]) || !materialised.insert(v).second) return;
     FusionGroup g;
     g.eqns = {static_cast<size_t>(pi)};
-    g.elementwise = true;
+    g.fused = true;
+    g.domain = p.type(v).shape;
     finish(std::move(g));
+  };
+  // Whether a value the group produces reads, in the kernel, as its program shape broadcasts.
+  auto reads_as_program = [&](const Open& o, int v) {
+    return !o.produces(v) || aligned(p.type(v).shape, o.domain().size()) == o.embedded.at(v);
+  };
+  // Where an elementwise equation of result shape s may go: a group producing one of its operands
+  // (its result broadcast only along that group's whole axes), else a group of domain s.
+  auto elementwise_target = [&](const Eqn& e, const Shape& s) -> Open* {
+    Open* same_shape = nullptr;
+    Open* feeding = nullptr;
+    for (Open& o : open) {
+      const std::optional<Shape> out = aligned(s, o.domain().size());
+      if (!out) continue;
+      bool fits = true, feeds = false;
+      for (size_t d = 0; d < out->size() && fits; ++d)
+        fits = (*out)[d] == o.domain()[d] || ((*out)[d] == 1 && (o.domain()[d] == 1 || is_whole(o.group, d)));
+      for (int v : e.ins) {
+        fits = fits && reads_as_program(o, v);
+        feeds = feeds || o.produces(v);
+      }
+      if (!fits) continue;
+      if (feeds) feeding = &o;
+      else if (s == o.domain()) same_shape = &o;
+    }
+    return feeding ? feeding : same_shape;
+  };
+  auto reduction_target = [&](const Eqn& e) -> Open* {
+    const Shape& x = p.type(e.ins[0]).shape;
+    int64_t reduced = 1;
+    for (int64_t a : e.params.axes) reduced *= x[static_cast<size_t>(a)];
+    if (numel(x) == 0 || reduced > block_budget) return nullptr;
+    Open* best = nullptr;
+    for (Open& o : open) {
+      if (o.domain() != x || whole_extent(o.group, e.params.axes) > block_budget) continue;
+      if (o.produces(e.ins[0])) {
+        if (o.embedded.at(e.ins[0]) == x) best = &o;
+      } else if (!best || !best->produces(e.ins[0])) {
+        best = &o;
+      }
+    }
+    return best ? best : open_group(x);
+  };
+  auto reshape_target = [&](const Eqn& e) -> Open* {
+    for (Open& o : open)
+      if (o.produces(e.ins[0]) && aligned(p.type(e.outs[0]).shape, o.domain().size()) == o.embedded.at(e.ins[0]))
+        return &o;
+    return nullptr;
   };
 
   for (size_t i = 0; i < p.eqns.size(); ++i) {
     const Eqn& e = p.eqns[i];
     if (inlinable(e) && enabled) continue;  // placed where it is read
+    Open* target = nullptr;
     if (enabled && is_elementwise(e.prim)) {
-      const Shape& s = p.type(e.outs[0]).shape;
-      Open* target = nullptr;
-      for (Open& o : open)
-        if (o.shape == s) target = &o;
-      for (int v : e.ins) {
-        close_producers_of(v, target);
-        // close() may move the open groups: find the target again.
-        target = nullptr;
-        for (Open& o : open)
-          if (o.shape == s) target = &o;
+      target = elementwise_target(e, p.type(e.outs[0]).shape);
+      if (!target) target = open_group(p.type(e.outs[0]).shape);
+    } else if (enabled && fusible_reduction(e.prim)) {
+      target = reduction_target(e);
+    } else if (enabled && e.prim == Prim::reshape) {
+      target = reshape_target(e);
+    }
+    if (target) {
+      for (int v : e.ins) close_producers_of(v, target);
+      // Start a new group when this equation would take the group past its refs (a reshape
+      // becomes a view step of its own).
+      size_t new_ins = 0, new_outs = 0;
+      for (int v : e.ins) new_ins += !is_inlined(v) && !target->produces(v) && !target->inputs.count(v) ? 1 : 0;
+      for (int v : e.outs) new_outs += escapes(v) ? 1 : 0;
+      if (target->inputs.size() + new_ins > kMaxGroupInputs || target->outputs + new_outs > kMaxGroupOutputs) {
+        for (auto it = open.begin(); it != open.end(); ++it)
+          if (&*it == target) { close(it); break; }
+        target = e.prim == Prim::reshape ? nullptr
+                 : open_group(p.type(is_elementwise(e.prim) ? e.outs[0] : e.ins[0]).shape);
       }
-      // Start a new group when this equation would take the group past its refs.
-      if (target != nullptr) {
-        size_t new_ins = 0, new_outs = 0;
-        for (int v : e.ins) {
-          const int pi = producer[static_cast<size_t>(v)];
-          const bool inlined = pi >= 0 && inlinable(p.eqns[static_cast<size_t>(pi)]);
-          new_ins += !inlined && !target->produced.count(v) && !target->inputs.count(v) ? 1 : 0;
+    }
+    if (target) {
+      for (int v : e.ins)
+        if (is_inlined(v) && !target->produces(v)) {
+          target->group.eqns.push_back(static_cast<size_t>(producer[static_cast<size_t>(v)]));
+          target->embedded[v] = *aligned(p.type(v).shape, target->domain().size());
         }
-        for (int v : e.outs) new_outs += escapes(v) ? 1 : 0;
-        if (target->inputs.size() + new_ins > kMaxGroupInputs || target->outputs + new_outs > kMaxGroupOutputs) {
-          for (size_t k = 0; k < open.size(); ++k)
-            if (&open[k] == target) { close(k); break; }
-          target = nullptr;
-        }
-      }
-      if (target == nullptr) {
-        open.push_back(Open{{}, s, {}, {}, 0});
-        open.back().group.elementwise = true;
-        target = &open.back();
-      }
-      for (int v : e.ins) {
-        const int pi = producer[static_cast<size_t>(v)];
-        if (pi >= 0 && inlinable(p.eqns[static_cast<size_t>(pi)]) && !target->produced.count(v)) {
-          target->group.eqns.push_back(static_cast<size_t>(pi));
-          target->produced.insert(v);
-        }
-      }
       target->group.eqns.push_back(i);
       for (int v : e.ins)
-        if (!target->produced.count(v)) target->inputs.insert(v);
-      for (int v : e.outs) {
-        target->produced.insert(v);
-        target->outputs += escapes(v) ? 1 : 0;
+        if (!target->produces(v)) target->inputs.insert(v);
+      const size_t r = target->domain().size();
+      if (fusible_reduction(e.prim)) {
+        Shape emb = target->domain();
+        for (int64_t a : e.params.axes) {
+          emb[static_cast<size_t>(a)] = 1;
+          if (!is_whole(target->group, static_cast<size_t>(a))) target->group.whole.push_back(a);
+        }
+        std::sort(target->group.whole.begin(), target->group.whole.end());
+        target->embedded[e.outs[0]] = emb;
+      } else if (e.prim == Prim::reshape) {
+        target->embedded[e.outs[0]] = target->embedded.at(e.ins[0]);
+      } else {
+        target->embedded[e.outs[0]] = *aligned(p.type(e.outs[0]).shape, r);
       }
+      for (int v : e.outs) target->outputs += escapes(v) ? 1 : 0;
       continue;
     }
     for (int v : e.ins) {
@@ -144,10 +247,11 @@ std::vector<FusionGroup> fuse(const Program& p, bool enabled) {
     }
     FusionGroup g;
     g.eqns = {i};
-    g.elementwise = is_elementwise(e.prim);
+    g.fused = is_elementwise(e.prim);
+    g.domain = p.type(e.outs[0]).shape;
     finish(std::move(g));
   }
-  while (!open.empty()) close(0);
+  while (!open.empty()) close(open.begin());
   if (enabled)
     for (int v : p.outputs) materialise(v);
   // Groups are finished in dependency order: a group closes before anything reading its values,

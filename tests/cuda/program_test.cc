@@ -45,6 +45,35 @@ TEST(CudaProgram, RerolledNaiveLoopIsOneScanKernel) {
   EXPECT_NE(f.lower(on_backend(x), on_backend(u), on_backend(h0)).find("kernel scan_fused"), std::string::npos);
 }
 
+// A row softmax and a column mean, each fused with its reductions into one kernel (fusion.cc):
+// the reductions over a whole block's rows or columns on the GPU, against float64.
+TEST(CudaProgram, FusedReductionsWithTheirElementwiseOps) {
+  PL_REQUIRE_NVRTC();
+  auto softmax = jit([](const Array& x) {
+    Array e = jnp::exp(x - jnp::max(x, {1}, true));
+    return e / jnp::sum(e, {1}, true);
+  }, {.backend = "cuda"});
+  auto centred = jit([](const Array& x) { return jnp::tanh(x) - jnp::mean(x, {0}, true); }, {.backend = "cuda"});
+  Array x = normal(26, {77, 200});
+  const Array p = to_host(softmax(on_backend(x))), c = to_host(centred(on_backend(x)));
+  Array ref_p({77, 200}, f64), ref_c({77, 200}, f64);
+  for (int64_t i = 0; i < 77; ++i) {
+    double mx = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < 200; ++j) mx = std::max(mx, x.get(i * 200 + j));
+    for (int64_t j = 0; j < 200; ++j) sum += std::exp(x.get(i * 200 + j) - mx);
+    for (int64_t j = 0; j < 200; ++j) ref_p.set(i * 200 + j, std::exp(x.get(i * 200 + j) - mx) / sum);
+  }
+  for (int64_t j = 0; j < 200; ++j) {
+    double mean = 0;
+    for (int64_t i = 0; i < 77; ++i) mean += x.get(i * 200 + j) / 77;
+    for (int64_t i = 0; i < 77; ++i) ref_c.set(i * 200 + j, std::tanh(x.get(i * 200 + j)) - mean);
+  }
+  EXPECT_LT(rel_error(p, ref_p), 1e-6);
+  EXPECT_LT(rel_error(c, ref_c), 1e-6);
+  EXPECT_NE(softmax.lower(on_backend(x)).find("--- steps (1 kernels)"), std::string::npos) << softmax.lower(on_backend(x));
+  EXPECT_NE(centred.lower(on_backend(x)).find("--- steps (1 kernels)"), std::string::npos) << centred.lower(on_backend(x));
+}
+
 // Eager ops on device arrays with host scalar operands: the device copy of each scalar is reused
 // across ops (relu's 0 every iteration), so each value must still reach its own op, also after the
 // cache of copies has filled up and started over.
