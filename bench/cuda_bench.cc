@@ -595,6 +595,21 @@ double per_call_us(const std::function<void()>& call, int n) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n;
 }
 
+// Host time per call of `call` alone: n calls queued without waiting (few enough that the device's
+// launch queue never fills and blocks the host), the device's work finished outside the timing.
+double enqueue_us(const std::function<void()>& call, int n) {
+  call();
+  pl::synchronize(gpu());
+  std::vector<double> t;
+  for (int r = 0; r < 5; ++r) {
+    auto t0 = Clock::now();
+    for (int i = 0; i < n; ++i) call();
+    t.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / n);
+    pl::synchronize(gpu());
+  }
+  return median(t);
+}
+
 void bench_program() {
   palladium::cuda::set_launch_timing(false);
   {
@@ -641,6 +656,10 @@ void bench_program() {
     const std::string steps = jmixed.lower(m, w);
     std::printf("jitted mixed program: %s\n", steps.substr(steps.find("--- steps")).c_str());
     report("dispatch", "mixed 20 ops f32[32,32]", "jit, per call (host)", per_call_us([&] { out = jmixed(m, w); }, 2000) / 1e3, "");
+    // The same, split: what the host spends per call, and the device's own time per call.
+    report("dispatch", "mixed 20 ops f32[32,32]", "jit, host enqueue per call", enqueue_us([&] { out = jmixed(m, w); }, 64) / 1e3, "");
+    report("dispatch", "21 ops f32[256]", "jit, host enqueue per call", enqueue_us([&] { out = j21(a, b); }, 64) / 1e3, "");
+    report("dispatch", "mixed 20 ops f32[32,32]", "jit, device time per call (events)", events_ms([&] { out = jmixed(m, w); }, 200), "");
   }
   palladium::cuda::set_launch_timing(true);
 }

@@ -227,5 +227,36 @@ TEST(CudaElementwise, MaxMinPropagateNaN) {
   check_kernel(kernel, {ShapeDtype({64}, f32), ShapeDtype({64}, f32)}, {}, {a, b});
 }
 
+// Loads and stores of whole 4-element groups are single 16-byte (8-byte for 16-bit types)
+// accesses where the group is inside the array and aligned. Each case here puts some groups
+// elsewhere: across the array's last edge, at row ends that are not multiples of 4, or at an
+// address 4 bytes past an aligned one (a view into a device array), where the elements go one by one.
+TEST(CudaElementwise, VectorAccessesAtEdgesAndMisalignedAddresses) {
+  PL_REQUIRE_NVRTC();
+  for (DType t : {f32, bf16, i32}) {
+    SCOPED_TRACE(dtype_name(t));
+    // 1-D: 8190 elements in blocks of 1024, the last block's last group half outside.
+    auto spec1 = BlockSpec({1024}, [](Index i) { return idx(i); });
+    auto add1 = [](pl::Ref x, pl::Ref y, pl::Ref o) { o[pl::all] = x[pl::all] * y[pl::all] + x[pl::all]; };
+    check_kernel(add1, {ShapeDtype({8190}, t)}, {.grid = {8}, .in_specs = {spec1, spec1}, .out_specs = {spec1}},
+                 {sample(3, {8190}, t), sample(4, {8190}, t)});
+    // 2-D: rows of 66 in blocks of 64 columns, so the second column block's groups straddle the
+    // row's end, and every row after the first starts 2 elements off a 4-element boundary.
+    auto spec2 = BlockSpec({8, 64}, [](Index i, Index j) { return idx(i, j); });
+    check_kernel(add1, {ShapeDtype({20, 66}, t)},
+                 {.grid = {3, 2}, .in_specs = {spec2, spec2}, .out_specs = {spec2}},
+                 {sample(5, {20, 66}, t), sample(6, {20, 66}, t)});
+  }
+  if (!results_are_real()) return;
+  // A view one element into a device array: every group's address is 4 bytes past 16-byte aligned.
+  const Array host = normal(7, {4097});
+  const Array view = lax::slice(to_device(host, Device{Device::cuda, 0}), {1}, {4097});
+  auto spec = BlockSpec({1024}, [](Index i) { return idx(i); });
+  auto twice = pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] * 2.0; }, ShapeDtype({4096}, f32),
+                           {.grid = {4}, .in_specs = {spec}, .out_specs = {spec}, .backend = "cuda"});
+  const Array got = to_host(twice(view));
+  for (int64_t i = 0; i < 4096; ++i) ASSERT_EQ(got.get(i), 2.0 * host.get(i + 1)) << "at " << i;
+}
+
 }  // namespace
 }  // namespace palladium::cudatest

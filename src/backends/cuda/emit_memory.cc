@@ -2,6 +2,9 @@
 // block (index starts + coordinate * stride), adds the block origin (from the index_map), and
 // checks it against the array: padding reads yield 0 (or `other` where masked off), padding
 // writes are dropped, as the interpreter's edge-block rule says.
+#include <algorithm>
+#include <cstdlib>
+
 #include "backends/cuda/emitter.h"
 
 namespace palladium::cuda {
@@ -90,6 +93,7 @@ void Emitter::emit_memory(const ir::Inst& in) {
   const Layout& l = layout_of(shaped);
   const std::string ptr = "pl_ref" + std::to_string(ref);
   if (in.op != ir::Op::Store) declare(in.results[0]);
+  if ((in.op == ir::Op::Load || in.op == ir::Op::Store) && mask < 0 && emit_vector_memory(in, l, value)) return;
   open_slots(l);
   const std::string v = valid(l);
   if (!v.empty()) line("if (!(" + v + ")) continue;");
@@ -122,6 +126,77 @@ void Emitter::emit_memory(const ir::Inst& in) {
     close();
     barrier();
   }
+}
+
+bool Emitter::emit_vector_memory(const ir::Inst& in, const Layout& l, ir::ValueId value) {
+  // PALLADIUM_CUDA_VECTOR_ACCESS=0 keeps every access element by element (for comparisons).
+  static const bool enabled = [] {
+    const char* env = std::getenv("PALLADIUM_CUDA_VECTOR_ACCESS");
+    return !(env && std::string(env) == "0");
+  }();
+  if (!enabled || l.kind != LayoutKind::Strided || l.vec < 2 || l.replicated || (in.i1 & ir::kGather)) return false;
+  const ir::RefParam& p = k_.refs.at(static_cast<size_t>(in.i0));
+  // The value's last dimension must walk the array's innermost dimension with unit stride.
+  size_t ref_dim = 0, value_dims = 0, last_array_dim = SIZE_MAX;
+  int64_t last_stride = 0;
+  for (size_t ad = 0; ad < p.array_shape.size(); ++ad) {
+    if (p.squeezed[ad]) continue;
+    const ir::IndexEntry& ix = in.index[ref_dim++];
+    if (ix.gather) return false;
+    if (ix.scalar) continue;
+    ++value_dims;
+    last_array_dim = ad;
+    last_stride = ix.stride;
+  }
+  if (value_dims != l.shape.size() || last_array_dim + 1 != p.array_shape.size() || last_stride != 1) return false;
+  const DType t = p.dtype;
+  const int64_t size = static_cast<int64_t>(itemsize(t));
+  const int k = static_cast<int>(std::min<int64_t>(l.vec, 16 / size));  // elements per access
+  const int64_t bytes = size * k;
+  if (bytes < 4 || l.vec % k != 0) return false;
+  const std::string vt = bytes == 16 ? "uint4" : bytes == 8 ? "uint2" : "unsigned";
+  const std::string mt = mem_type(t);
+  const std::string ptr = "pl_ref" + std::to_string(in.i0);
+  line("#pragma unroll");
+  open("for (int s = 0; s < " + std::to_string(l.slots) + "; s += " + std::to_string(k) + ")");
+  if (const std::string v = valid(l); !v.empty()) line("if (!(" + v + ")) continue;");  // whole groups
+  Address a = address_of(*this, in, [&](size_t j) { return coord(l, j); });
+  for (const std::string& s : a.lines) line(s);
+  const std::string last = "pl_g" + std::to_string(p.array_shape.size() - 1);
+  const std::string where = ptr + " + (" + a.offset + ")";
+  open("if ((" + a.in_bounds + ") && " + last + " + " + std::to_string(k - 1) + " < " + std::to_string(p.array_shape.back()) +
+       " && (((unsigned long long)(" + where + ")) & " + std::to_string(bytes - 1) + ") == 0)");
+  if (in.op == ir::Op::Load) {
+    const std::string load = p.is_output ? "*(const " + vt + "*)(" + where + ")" : "__ldg((const " + vt + "*)(" + where + "))";
+    line("const " + vt + " pl_w = " + load + ";");
+    line("const " + mt + "* pl_e = (const " + mt + "*)&pl_w;");
+    line("#pragma unroll");
+    line("for (int j = 0; j < " + std::to_string(k) + "; ++j) " + name(in.results[0]) + "[s + j] = " + to_register(t, "pl_e[j]") + ";");
+  } else {
+    line(vt + " pl_w;");
+    line(mt + "* pl_e = (" + mt + "*)&pl_w;");
+    line("#pragma unroll");
+    line("for (int j = 0; j < " + std::to_string(k) + "; ++j) pl_e[j] = " + to_memory(t, name(value) + "[s + j]") + ";");
+    line("*(" + vt + "*)(" + where + ") = pl_w;");
+  }
+  close("} else {");
+  ++indent_;
+  // At an edge or a misaligned address: each element with its own check (the scalar code, its
+  // slot renamed s).
+  line("const int pl_s0 = s;");
+  line("#pragma unroll");
+  open("for (int j = 0; j < " + std::to_string(k) + "; ++j)");
+  line("const int s = pl_s0 + j;");
+  Address e = address_of(*this, in, [&](size_t j) { return coord(l, j); });
+  for (const std::string& s : e.lines) line(s);
+  if (in.op == ir::Op::Load)
+    line(at(in.results[0]) + " = (" + e.in_bounds + ") ? " + to_register(t, ptr + "[" + e.offset + "]") + " : (" + reg_type(t) + ")0;");
+  else
+    line("if (" + e.in_bounds + ") " + ptr + "[" + e.offset + "] = " + to_memory(t, at(value)) + ";");
+  close();
+  close();
+  close();
+  return true;
 }
 
 // A 16-bit tile loaded straight into its shared-memory home: 16-byte chunks through cp.async
