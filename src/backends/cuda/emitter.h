@@ -125,9 +125,9 @@ class Emitter {
   void emit_debug_print(const ir::Inst& in);
   void emit_gather(ir::ValueId result, ir::ValueId source, const std::vector<std::string>& src_coord);
   void emit_memory(const ir::Inst& in);               // emit_memory.cc
-  // An unmasked load or store of a strided value whose groups run along the array's innermost
-  // dimension, as 4- to 16-byte accesses (element by element at edges and misaligned addresses);
-  // false where it does not apply.
+  // An unmasked load or store (outside loops) of a strided value whose groups run along the
+  // array's innermost dimension, as 4- to 16-byte accesses (element by element at edges and
+  // misaligned addresses); false where it does not apply.
   bool emit_vector_memory(const ir::Inst& in, const Layout& l, ir::ValueId value);
   void emit_smem_load(const ir::Inst& in, const SmemTile& tile);
   void emit_dot(const ir::Inst& in);                  // emit_dot.cc
