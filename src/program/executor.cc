@@ -53,7 +53,7 @@ std::shared_ptr<Executable> Executable::compile(const Program& p, Device device,
   x->backend_ = options.backend.empty() ? array_backend(device) : options.backend;
   const Program& prog = x->program_;
   for (Array& c : x->program_.consts) c = placed(c, device);
-  for (const FusionGroup& g : fuse(prog, options.fuse, block_budget(x->backend_))) {
+  for (const FusionGroup& g : fuse(prog, options.fuse, x->backend_)) {
     auto step = std::make_shared<Step>();
     const Eqn& first = prog.eqns[g.eqns[0]];
     step->eqn = &first;

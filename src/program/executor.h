@@ -52,7 +52,7 @@ Array placed(const Array& a, Device d);
 std::vector<Array> run_eager(Prim prim, const Params& params, const std::vector<Array>& ins,
                              const std::vector<Type>& outs, Device device);
 
-// `block_budget`: the most elements a block of a generated kernel holds (block_budget(backend)).
-std::vector<FusionGroup> fuse(const Program& p, bool enabled, int64_t block_budget);
+// Blocks and matmul tiles are those of `backend` (block_budget, matmul_tile).
+std::vector<FusionGroup> fuse(const Program& p, bool enabled, const std::string& backend);
 
 }  // namespace palladium::program

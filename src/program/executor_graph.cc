@@ -108,7 +108,7 @@ std::optional<std::vector<Array>> Executable::run_graphed(const std::vector<Arra
       cuda::RecordingScope scope(rec);
       result = run_steps(inputs, &env);
     }
-    if (rec.unusable.empty() && rec.launches.size() < 2) rec.unusable = "it is a single kernel";
+    if (rec.unusable.empty() && rec.launches.empty()) rec.unusable = "it launches no kernel";
     std::map<cuda::CUdeviceptr, std::pair<int, int>> named;  // address -> (input, fresh)
     for (size_t i = 0; i < inputs.size(); ++i) named.emplace(cuda::device_ptr(inputs[i]), std::make_pair(static_cast<int>(i), -1));
     for (size_t j = 0; j < g.fresh_vars.size() && rec.unusable.empty(); ++j) {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "palladium/call.h"
+#include "palladium/ref.h"
 #include "palladium/value.h"
 #include "program/program.h"
 
@@ -53,6 +55,23 @@ Value apply_elementwise(const Eqn& e, const std::vector<Value>& ins, const Shape
 // each program runs the whole time loop on its block (no step leaves the kernel). nullopt when
 // the body does not qualify.
 std::optional<KernelStep> lower_fused_scan(const Program& p, const Eqn& e, const std::string& backend);
+
+// How a matmul is tiled: batch dimensions one program each, (bm, bn) blocks of the result, the
+// contraction walked in bk steps. Fused groups headed by a matmul use the same plan.
+struct MatmulPlan {
+  size_t nb = 0;  // batch dimensions
+  int64_t m = 0, k = 0, n = 0, bm = 0, bn = 0, bk = 0;
+  Shape grid;
+  DType acc = DType::float32;
+  BlockSpec spec(int64_t rows, int64_t cols, int row_axis, int col_axis) const;
+  BlockSpec lhs_spec() const { return spec(bm, k, 0, -1); }
+  BlockSpec rhs_spec() const { return spec(k, bn, -1, 1); }
+  BlockSpec out_spec() const { return spec(bm, bn, 0, 1); }
+  // The (bm, bn) block of a @ b in the accumulator dtype, inside a kernel.
+  Value compute(const Ref& a, const Ref& b) const;
+};
+int64_t matmul_tile(const std::string& backend);  // the largest bm and bn
+MatmulPlan plan_matmul(const Shape& a, const Shape& b, DType out, const std::string& backend);
 
 // One kernel for a single non-elementwise equation (reduce, argreduce, matmul, transpose,
 // concatenate, slice, pad, dynamic_slice, dynamic_update_slice).

@@ -4,6 +4,7 @@
 // name to the blocks.
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "core/grid_mapping.h"
 #include "palladium/control.h"
@@ -119,7 +120,19 @@ KernelStep lower_fused_group(const Program& p, const std::vector<const Eqn*>& eq
                              const std::string& backend) {
   const Shape& shape = g.domain;
   const size_t rank = shape.size();
-  const Tiling t = tile_domain(shape, g.whole, block_budget(backend));
+  // A group headed by a matmul is tiled as the matmul is (its whole axes fit one tile: fusion.cc).
+  const Eqn* head = eqns.front()->prim == Prim::matmul ? eqns.front() : nullptr;
+  std::optional<MatmulPlan> mp;
+  Tiling t;
+  if (head) {
+    mp = plan_matmul(p.type(head->ins[0]).shape, p.type(head->ins[1]).shape, p.type(head->outs[0]).dtype, backend);
+    t.block.assign(mp->nb, 1);
+    t.block.push_back(mp->bm);
+    t.block.push_back(mp->bn);
+    t.grid = mp->grid;
+  } else {
+    t = tile_domain(shape, g.whole, block_budget(backend));
+  }
   // Every value's shape at the domain's rank: reduced axes (and broadcast ones) of size 1.
   std::map<int, Shape> embedded;
   for (int v : g.ins) embedded[v] = at_rank(p.type(v).shape, rank);
@@ -146,13 +159,21 @@ KernelStep lower_fused_group(const Program& p, const std::vector<const Eqn*>& eq
     return b;
   };
   KernelStep step;
-  step.ins = g.ins;
-  step.outs = g.outs;
   std::vector<BlockSpec> in_specs, out_specs;
+  if (head) {  // the matmul's operands first, in its blocks (one ref each, also for x @ x)
+    for (int v : head->ins) {
+      step.ins.push_back(v);
+      step.in_views.push_back(p.type(v).shape);
+    }
+    in_specs = {mp->lhs_spec(), mp->rhs_spec()};
+  }
   for (int v : g.ins) {
+    if (head && (v == head->ins[0] || v == head->ins[1])) continue;
+    step.ins.push_back(v);
     step.in_views.push_back(embedded.at(v));
     in_specs.push_back(grid_spec(t, broadcast_dims(v)));
   }
+  step.outs = g.outs;
   std::vector<ShapeDtype> out_types;
   std::vector<Shape> out_blocks;
   for (int v : g.outs) {
@@ -176,11 +197,17 @@ KernelStep lower_fused_group(const Program& p, const std::vector<const Eqn*>& eq
     if (e.prim != Prim::reshape) name += std::string("_") + prim_name(e.prim);
   if (name.size() > 48) name = name.substr(0, 48);
   const Shape block = t.block;
-  const std::vector<int> ins = g.ins, outs = g.outs;
-  auto kernel = [body, ins, outs, block, rank, reduce_blocks, reduce_dtypes](Refs refs) {
+  const std::vector<int> ins = step.ins, outs = g.outs;
+  const size_t loaded_from = head ? 2 : 0;  // refs read whole (the matmul's are read by it)
+  const DType head_dtype = head ? p.type(head->outs[0]).dtype : DType::float32;
+  auto kernel = [body, ins, outs, block, rank, reduce_blocks, reduce_dtypes, mp, loaded_from, head_dtype](Refs refs) {
     std::map<int, Value> env;
-    for (size_t i = 0; i < ins.size(); ++i) env[ins[i]] = refs[i][all];
+    for (size_t i = loaded_from; i < ins.size(); ++i) env[ins[i]] = refs[i][all];
     for (const Eqn& e : body) {
+      if (e.prim == Prim::matmul) {
+        env[e.outs[0]] = mp->compute(refs[0], refs[1]).astype(head_dtype);
+        continue;
+      }
       if (family_of(e.prim) == Family::reduce) {
         // The operand may be held smaller than its block (broadcast): reduce the whole block.
         // As the standalone reduction: a 16-bit float sum into float32 is summed in float32.

@@ -232,51 +232,64 @@ KernelStep lower_reduce(const Program& p, const Eqn& e, const std::string& backe
   return s;
 }
 
-KernelStep lower_matmul(const Program& p, const Eqn& e, const std::string& backend) {
-  const Shape& a = p.type(e.ins[0]).shape;
-  const Shape& b = p.type(e.ins[1]).shape;
-  const size_t nb = a.size() - 2;
-  const int64_t m = a[nb], k = a[nb + 1], n = b[nb + 1];
-  const int64_t tile_mn = backend == "interpret" ? 256 : 64;
-  const int64_t bm = std::min(m, tile_mn), bn = std::min(n, tile_mn);
-  int64_t bk = k;
-  if (k > 512)
+}  // namespace
+
+int64_t matmul_tile(const std::string& backend) { return backend == "interpret" ? 256 : 64; }
+
+MatmulPlan plan_matmul(const Shape& a, const Shape& b, DType out, const std::string& backend) {
+  MatmulPlan mp;
+  mp.nb = a.size() - 2;
+  mp.m = a[mp.nb];
+  mp.k = a[mp.nb + 1];
+  mp.n = b[mp.nb + 1];
+  mp.bm = std::min(mp.m, matmul_tile(backend));
+  mp.bn = std::min(mp.n, matmul_tile(backend));
+  mp.bk = mp.k;
+  if (mp.k > 512)
     for (int64_t c : {512, 256, 128, 64})
-      if (k % c == 0) { bk = c; break; }
-  Shape grid(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(nb));
-  grid.push_back(cdiv(m, bm));
-  grid.push_back(cdiv(n, bn));
-  auto spec = [nb, &grid](int64_t rows, int64_t cols, int row_axis, int col_axis) {
-    std::vector<BlockDim> dims(nb, BlockDim(None));
-    dims.emplace_back(rows);
-    dims.emplace_back(cols);
-    return BlockSpec::from_parts(dims, [nb, row_axis, col_axis](std::span<const Value> g) {
-      Indexer idx;
-      for (size_t i = 0; i < nb; ++i) idx.args.emplace_back(g[i]);
-      idx.args.emplace_back(row_axis < 0 ? Value(0) : g[nb + static_cast<size_t>(row_axis)]);
-      idx.args.emplace_back(col_axis < 0 ? Value(0) : g[nb + static_cast<size_t>(col_axis)]);
-      return idx;
-    }, 1u << grid.size());
-  };
+      if (mp.k % c == 0) { mp.bk = c; break; }
+  mp.grid.assign(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(mp.nb));
+  mp.grid.push_back(cdiv(mp.m, mp.bm));
+  mp.grid.push_back(cdiv(mp.n, mp.bn));
+  mp.acc = is_float(out) ? (out == DType::float64 ? DType::float64 : DType::float32) : DType::int32;
+  return mp;
+}
+
+// Batch dimensions squeezed (one program per batch index), then a (rows, cols) block at grid axes
+// nb + row_axis and nb + col_axis (-1: block 0).
+BlockSpec MatmulPlan::spec(int64_t rows, int64_t cols, int row_axis, int col_axis) const {
+  std::vector<BlockDim> dims(nb, BlockDim(None));
+  dims.emplace_back(rows);
+  dims.emplace_back(cols);
+  const size_t batch = nb;
+  return BlockSpec::from_parts(dims, [batch, row_axis, col_axis](std::span<const Value> g) {
+    Indexer idx;
+    for (size_t i = 0; i < batch; ++i) idx.args.emplace_back(g[i]);
+    idx.args.emplace_back(row_axis < 0 ? Value(0) : g[batch + static_cast<size_t>(row_axis)]);
+    idx.args.emplace_back(col_axis < 0 ? Value(0) : g[batch + static_cast<size_t>(col_axis)]);
+    return idx;
+  }, 1u << grid.size());
+}
+
+Value MatmulPlan::compute(const Ref& a, const Ref& b) const {
+  if (bk == k) return dot(a[all], b[all]);
+  const int64_t step = bk;
+  return fori_loop(Value(0), Value(k / bk), [&](Value i, Value c) {
+    return c + dot(a(slice(), ds(i * step, step)), b(ds(i * step, step), slice()));
+  }, jnp::zeros({bm, bn}, acc));
+}
+
+namespace {
+
+KernelStep lower_matmul(const Program& p, const Eqn& e, const std::string& backend) {
   const DType out_t = p.type(e.outs[0]).dtype;
-  const DType acc_t = is_float(out_t) ? (out_t == DType::float64 ? DType::float64 : DType::float32) : DType::int32;
-  auto kernel = [k, bk, bm, bn, acc_t](Refs refs) {
-    Value acc;
-    if (bk == k) {
-      acc = dot(refs[0][all], refs[1][all]);
-    } else {
-      acc = fori_loop(Value(0), Value(k / bk), [&](Value i, Value c) {
-        return c + dot(refs[0](slice(), ds(i * bk, bk)), refs[1](ds(i * bk, bk), slice()));
-      }, jnp::zeros({bm, bn}, acc_t));
-    }
-    store(refs[2], acc.astype(refs[2].dtype()));
-  };
-  Shape out = p.type(e.outs[0]).shape;
+  const MatmulPlan mp = plan_matmul(p.type(e.ins[0]).shape, p.type(e.ins[1]).shape, out_t, backend);
+  auto kernel = [mp](Refs refs) { store(refs[2], mp.compute(refs[0], refs[1]).astype(refs[2].dtype())); };
   KernelStep s;
   s.ins = e.ins;
   s.outs = e.outs;
-  s.call = make_kernel("matmul", kernel, {{out, out_t}}, grid, {spec(bm, k, 0, -1), spec(k, bn, -1, 1)},
-                       {spec(bm, bn, 0, 1)}, backend);
+  s.call = make_kernel("matmul", kernel, {{p.type(e.outs[0]).shape, out_t}}, mp.grid, {mp.lhs_spec(), mp.rhs_spec()},
+                       {mp.out_spec()}, backend);
   return s;
 }
 

@@ -19,6 +19,7 @@
 
 #include "program/executor.h"
 #include "program/families.h"
+#include "program/lower.h"
 
 namespace palladium::program {
 
@@ -26,6 +27,10 @@ namespace {
 
 struct Open {
   FusionGroup group;
+  // A group headed by a matmul takes its tiling: its operands are read in the matmul's blocks
+  // only, and a reduction joins only over result axes that one block holds whole.
+  bool matmul_head = false;
+  std::set<int> head_operands;
   std::map<int, Shape> embedded;  // every value the group produces
   std::set<int> inputs;           // read from outside so far
   size_t outputs = 0;             // results read outside (or returned), so far
@@ -66,7 +71,9 @@ int64_t whole_extent(const FusionGroup& g, const std::vector<int64_t>& more) {
 
 }  // namespace
 
-std::vector<FusionGroup> fuse(const Program& p, bool enabled, int64_t block_budget) {
+std::vector<FusionGroup> fuse(const Program& p, bool enabled, const std::string& backend) {
+  const int64_t budget = block_budget(backend);
+  const int64_t tile = matmul_tile(backend);
   std::vector<int> producer(p.types.size(), -1);
   for (size_t i = 0; i < p.eqns.size(); ++i)
     for (int v : p.eqns[i].outs) producer[static_cast<size_t>(v)] = static_cast<int>(i);
@@ -94,6 +101,7 @@ std::vector<FusionGroup> fuse(const Program& p, bool enabled, int64_t block_budg
   std::set<int> materialised;  // inlinable vars given a step of their own
 
   auto finish = [&](FusionGroup g) {
+    if (g.eqns.size() == 1 && p.eqns[g.eqns[0]].prim == Prim::matmul) g.fused = false;  // a plain matmul
     std::set<size_t> members(g.eqns.begin(), g.eqns.end());
     std::set<int> produced, ins_seen;
     for (size_t i : g.eqns)
@@ -154,6 +162,7 @@ std::vector<FusionGroup> fuse(const Program& p, bool enabled, int64_t block_budg
       const std::optional<Shape> out = aligned(s, o.domain().size());
       if (!out) continue;
       bool fits = true, feeds = false;
+      for (int v : e.ins) fits = fits && !o.head_operands.count(v);
       for (size_t d = 0; d < out->size() && fits; ++d)
         fits = (*out)[d] == o.domain()[d] || ((*out)[d] == 1 && (o.domain()[d] == 1 || is_whole(o.group, d)));
       for (int v : e.ins) {
@@ -170,10 +179,17 @@ std::vector<FusionGroup> fuse(const Program& p, bool enabled, int64_t block_budg
     const Shape& x = p.type(e.ins[0]).shape;
     int64_t reduced = 1;
     for (int64_t a : e.params.axes) reduced *= x[static_cast<size_t>(a)];
-    if (numel(x) == 0 || reduced > block_budget) return nullptr;
+    if (numel(x) == 0 || reduced > budget) return nullptr;
     Open* best = nullptr;
+    auto held_whole = [&](const Open& o) {
+      if (!o.matmul_head) return true;
+      const size_t r = x.size();
+      for (int64_t a : e.params.axes)
+        if (!((static_cast<size_t>(a) + 2 >= r) && x[static_cast<size_t>(a)] <= tile)) return false;
+      return !o.head_operands.count(e.ins[0]);
+    };
     for (Open& o : open) {
-      if (o.domain() != x || whole_extent(o.group, e.params.axes) > block_budget) continue;
+      if (o.domain() != x || whole_extent(o.group, e.params.axes) > budget || !held_whole(o)) continue;
       if (o.produces(e.ins[0])) {
         if (o.embedded.at(e.ins[0]) == x) best = &o;
       } else if (!best || !best->produces(e.ins[0])) {
@@ -200,6 +216,10 @@ std::vector<FusionGroup> fuse(const Program& p, bool enabled, int64_t block_budg
       target = reduction_target(e);
     } else if (enabled && e.prim == Prim::reshape) {
       target = reshape_target(e);
+    } else if (enabled && e.prim == Prim::matmul) {
+      target = open_group(p.type(e.outs[0]).shape);
+      target->matmul_head = true;
+      target->head_operands.insert(e.ins.begin(), e.ins.end());
     }
     if (target) {
       for (int v : e.ins) close_producers_of(v, target);

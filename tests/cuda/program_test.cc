@@ -74,6 +74,34 @@ TEST(CudaProgram, FusedReductionsWithTheirElementwiseOps) {
   EXPECT_NE(centred.lower(on_backend(x)).find("--- steps (1 kernels)"), std::string::npos) << centred.lower(on_backend(x));
 }
 
+// A matmul heading a fused kernel on the GPU: bias, activation and a row softmax over 48 columns
+// (one tile) computed on the dot's accumulator layout; float32 (SIMT dot), against float64.
+TEST(CudaProgram, MatmulEpilogueAndSoftmaxInOneKernel) {
+  PL_REQUIRE_NVRTC();
+  auto f = jit([](const Array& a, const Array& b, const Array& bias) {
+    Array s = jnp::tanh(jnp::matmul(a, b) + bias);
+    Array e = jnp::exp(s - jnp::max(s, {1}, true));
+    return e / jnp::sum(e, {1}, true);
+  }, {.backend = "cuda"});
+  Array a = normal(27, {100, 40}), b = normal(28, {40, 48}), bias = normal(29, {48});
+  const Array got = to_host(f(on_backend(a), on_backend(b), on_backend(bias)));
+  Array ref({100, 48}, f64);
+  for (int64_t i = 0; i < 100; ++i) {
+    double s[48], mx = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < 48; ++j) {
+      double d = bias.get(j);
+      for (int64_t q = 0; q < 40; ++q) d += a.get(i * 40 + q) * b.get(q * 48 + j);
+      s[j] = std::tanh(d);
+      mx = std::max(mx, s[j]);
+    }
+    for (int64_t j = 0; j < 48; ++j) sum += std::exp(s[j] - mx);
+    for (int64_t j = 0; j < 48; ++j) ref.set(i * 48 + j, std::exp(s[j] - mx) / sum);
+  }
+  EXPECT_LT(rel_error(got, ref), 1e-5);
+  const std::string lowered = f.lower(on_backend(a), on_backend(b), on_backend(bias));
+  EXPECT_NE(lowered.find("--- steps (1 kernels)"), std::string::npos) << lowered;
+}
+
 // Eager ops on device arrays with host scalar operands: the device copy of each scalar is reused
 // across ops (relu's 0 every iteration), so each value must still reach its own op, also after the
 // cache of copies has filled up and started over.

@@ -1,7 +1,8 @@
 // Fusion of reductions with the elementwise equations around them (src/transforms/fusion.cc): a
-// row softmax, a column mean and a reduction to a scalar each become one kernel, and every fused
-// result equals the unfused program's and a float64 reference, on every host backend. Programs
-// where the kernel's shapes would broadcast differently from the program's stay unfused there.
+// row softmax, a column mean and a reduction to a scalar each become one kernel; a matmul heads a
+// kernel with what follows it (bias, activation, a softmax over rows one tile holds). Every fused
+// result equals a float64 reference, on every host backend. Programs where the kernel's shapes
+// would broadcast differently from the program's, or blocks would differ, stay unfused there.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -45,6 +46,13 @@ Array softmax_reference(const Array& x) {
     for (int64_t j = 0; j < n; ++j) r.set(i * n + j, std::exp(x.get(i * n + j) - mx) / sum);
   }
   return r;
+}
+
+// Softmax over the last axis of an array of any rank.
+Array softmax_rows_last(const Array& x) {
+  const int64_t last = static_cast<int64_t>(x.shape().size()) - 1;
+  Array e = pl::jnp::exp(x - pl::jnp::max(x, {last}, true));
+  return e / pl::jnp::sum(e, {last}, true);
 }
 
 TEST_P(Fusion, RowSoftmaxIsOneKernel) {
@@ -175,6 +183,73 @@ TEST_P(Fusion, HalfPrecisionRowSums) {
   auto unfused = pl::jit([](const Array& x) { return pl::jnp::sum(x * 2.0, {1}, true) + 1.0; }, {.fuse = false});
   Array x = randn({16, 64}, 10).astype(pl::bf16);
   EXPECT_EQ(pl::rel_error(f(x).astype(pl::f64), unfused(x).astype(pl::f64)), 0.0);
+}
+
+// a @ b in float64, batched over leading dimensions.
+Array matmul_reference(const Array& a, const Array& b) {
+  const size_t r = a.shape().size();
+  const int64_t m = a.shape()[r - 2], k = a.shape()[r - 1], n = b.shape()[r - 1];
+  const int64_t batch = a.size() / (m * k);
+  Shape out = a.shape();
+  out.back() = n;
+  Array c(out, pl::f64);
+  for (int64_t t = 0; t < batch; ++t)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t q = 0; q < k; ++q) s += a.get(t * m * k + i * k + q) * b.get(t * k * n + q * n + j);
+        c.set(t * m * n + i * n + j, s);
+      }
+  return c;
+}
+
+TEST_P(Fusion, MatmulWithBiasAndActivationIsOneKernel) {
+  // 70 x 90 results: the matmul's row and column tiles do not divide them. The bias is a row
+  // broadcast over the result's rows.
+  auto f = pl::jit([](const Array& a, const Array& b, const Array& bias) {
+    return pl::jnp::tanh(pl::jnp::matmul(a, b) * 0.5 + bias);
+  });
+  Array a = randn({70, 50}, 11), b = randn({50, 90}, 12), bias = randn({90}, 13);
+  Array ref = matmul_reference(a, b);
+  for (int64_t i = 0; i < 70; ++i)
+    for (int64_t j = 0; j < 90; ++j) ref.set(i * 90 + j, std::tanh(ref.get(i * 90 + j) * 0.5 + bias.get(j)));
+  EXPECT_LT(pl::rel_error(f(a, b, bias), ref), 1e-5);
+  EXPECT_EQ(kernels_of(f.lower(a, b, bias)), 1u) << f.lower(a, b, bias);
+}
+
+TEST_P(Fusion, BatchedMatmulEpilogueAndRowSoftmax) {
+  // Batched: one program per batch index. 24 result columns fit one tile, so the row softmax
+  // after the matmul joins its kernel.
+  auto f = pl::jit([](const Array& a, const Array& b) { return softmax_rows_last(pl::jnp::matmul(a, b)); });
+  Array a = randn({3, 20, 16}, 14), b = randn({3, 16, 24}, 15);
+  Array s = matmul_reference(a, b), ref({3, 20, 24}, pl::f64);
+  for (int64_t r = 0; r < 60; ++r) {
+    double mx = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < 24; ++j) mx = std::max(mx, s.get(r * 24 + j));
+    for (int64_t j = 0; j < 24; ++j) sum += std::exp(s.get(r * 24 + j) - mx);
+    for (int64_t j = 0; j < 24; ++j) ref.set(r * 24 + j, std::exp(s.get(r * 24 + j) - mx) / sum);
+  }
+  EXPECT_LT(pl::rel_error(f(a, b), ref), 1e-5);
+  EXPECT_EQ(kernels_of(f.lower(a, b)), 1u) << f.lower(a, b);
+}
+
+TEST_P(Fusion, MatmulOperandsReadAgainStayOutsideItsKernel) {
+  // x @ x + x: the sum reads the matmul's operand, which the matmul's kernel holds in other blocks.
+  auto f = pl::jit([](const Array& x) { return pl::jnp::matmul(x, x) + x; });
+  Array x = randn({40, 40}, 16);
+  Array ref = matmul_reference(x, x);
+  for (int64_t i = 0; i < 1600; ++i) ref.set(i, ref.get(i) + x.get(i));
+  EXPECT_LT(pl::rel_error(f(x), ref), 1e-5);
+  EXPECT_EQ(kernels_of(f.lower(x)), 2u) << f.lower(x);
+}
+
+TEST_P(Fusion, IntegerMatmulEpilogue) {
+  auto f = pl::jit([](const Array& a, const Array& b) { return pl::jnp::matmul(a, b) * 3 - 1; });
+  Array a = pl::random::uniform(pl::random::key(17), {9, 13}, pl::i32, -50, 50);
+  Array b = pl::random::uniform(pl::random::key(18), {13, 11}, pl::i32, -50, 50);
+  Array got = f(a, b), ref = matmul_reference(a, b);
+  ASSERT_EQ(got.dtype(), pl::i32);
+  for (int64_t i = 0; i < 99; ++i) ASSERT_EQ(got.get_int(i), static_cast<int64_t>(ref.get(i)) * 3 - 1) << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Fusion, ::testing::ValuesIn(host_backends()),
