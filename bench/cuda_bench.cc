@@ -659,6 +659,7 @@ void bench_program() {
     // The same, split: what the host spends per call, and the device's own time per call.
     report("dispatch", "mixed 20 ops f32[32,32]", "jit, host enqueue per call", enqueue_us([&] { out = jmixed(m, w); }, 64) / 1e3, "");
     report("dispatch", "21 ops f32[256]", "jit, host enqueue per call", enqueue_us([&] { out = j21(a, b); }, 64) / 1e3, "");
+    report("dispatch", "1 op f32[256]", "eager a + b, host enqueue per call", enqueue_us([&] { out = a + b; }, 64) / 1e3, "");
     report("dispatch", "mixed 20 ops f32[32,32]", "jit, device time per call (events)", events_ms([&] { out = jmixed(m, w); }, 200), "");
   }
   palladium::cuda::set_launch_timing(true);

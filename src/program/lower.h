@@ -63,9 +63,11 @@ struct MatmulPlan {
   int64_t m = 0, k = 0, n = 0, bm = 0, bn = 0, bk = 0;
   Shape grid;
   DType acc = DType::float32;
+  // Operands stored transposed (their last two axes swapped): the dot reads them so.
+  bool trans_a = false, trans_b = false;
   BlockSpec spec(int64_t rows, int64_t cols, int row_axis, int col_axis) const;
-  BlockSpec lhs_spec() const { return spec(bm, k, 0, -1); }
-  BlockSpec rhs_spec() const { return spec(k, bn, -1, 1); }
+  BlockSpec lhs_spec() const { return trans_a ? spec(k, bm, -1, 0) : spec(bm, k, 0, -1); }
+  BlockSpec rhs_spec() const { return trans_b ? spec(bn, k, 1, -1) : spec(k, bn, -1, 1); }
   BlockSpec out_spec() const { return spec(bm, bn, 0, 1); }
   // The (bm, bn) block of a @ b in the accumulator dtype, inside a kernel.
   Value compute(const Ref& a, const Ref& b) const;

@@ -121,11 +121,25 @@ KernelStep lower_fused_group(const Program& p, const std::vector<const Eqn*>& eq
   const Shape& shape = g.domain;
   const size_t rank = shape.size();
   // A group headed by a matmul is tiled as the matmul is (its whole axes fit one tile: fusion.cc).
-  const Eqn* head = eqns.front()->prim == Prim::matmul ? eqns.front() : nullptr;
+  // Transposes of its operands placed before it are folded into its dot: it reads their operands.
+  const Eqn* head = nullptr;
+  std::map<int, int> transposed_from;  // transposed var -> the var it transposes
+  for (const Eqn* e : eqns) {
+    if (e->prim == Prim::transpose) { transposed_from[e->outs[0]] = e->ins[0]; continue; }
+    if (e->prim == Prim::matmul) head = e;
+    break;
+  }
+  PL_ASSERT(head || transposed_from.empty(), "lower_fused_group: a folded transpose without its matmul");
+  std::vector<int> head_sources;  // the vars the matmul's refs hold
   std::optional<MatmulPlan> mp;
   Tiling t;
   if (head) {
     mp = plan_matmul(p.type(head->ins[0]).shape, p.type(head->ins[1]).shape, p.type(head->outs[0]).dtype, backend);
+    for (int i = 0; i < 2; ++i) {
+      auto it = transposed_from.find(head->ins[static_cast<size_t>(i)]);
+      head_sources.push_back(it == transposed_from.end() ? head->ins[static_cast<size_t>(i)] : it->second);
+      (i == 0 ? mp->trans_a : mp->trans_b) = it != transposed_from.end();
+    }
     t.block.assign(mp->nb, 1);
     t.block.push_back(mp->bm);
     t.block.push_back(mp->bn);
@@ -137,6 +151,7 @@ KernelStep lower_fused_group(const Program& p, const std::vector<const Eqn*>& eq
   std::map<int, Shape> embedded;
   for (int v : g.ins) embedded[v] = at_rank(p.type(v).shape, rank);
   for (const Eqn* e : eqns) {
+    if (e->prim == Prim::transpose) continue;  // folded into the matmul
     if (family_of(e->prim) == Family::reduce) {
       Shape s = embedded.at(e->ins[0]);
       for (int64_t a : e->params.axes) s[static_cast<size_t>(a)] = 1;
@@ -161,14 +176,14 @@ KernelStep lower_fused_group(const Program& p, const std::vector<const Eqn*>& eq
   KernelStep step;
   std::vector<BlockSpec> in_specs, out_specs;
   if (head) {  // the matmul's operands first, in its blocks (one ref each, also for x @ x)
-    for (int v : head->ins) {
+    for (int v : head_sources) {
       step.ins.push_back(v);
       step.in_views.push_back(p.type(v).shape);
     }
     in_specs = {mp->lhs_spec(), mp->rhs_spec()};
   }
   for (int v : g.ins) {
-    if (head && (v == head->ins[0] || v == head->ins[1])) continue;
+    if (head && (v == head_sources[0] || v == head_sources[1])) continue;
     step.ins.push_back(v);
     step.in_views.push_back(embedded.at(v));
     in_specs.push_back(grid_spec(t, broadcast_dims(v)));
@@ -185,6 +200,7 @@ KernelStep lower_fused_group(const Program& p, const std::vector<const Eqn*>& eq
   std::map<int, Shape> reduce_blocks;  // per reduction: its operand's block, and its result's
   std::map<int, DType> reduce_dtypes;  // per reduction: its result's dtype
   for (const Eqn* e : eqns) {
+    if (e->prim == Prim::transpose) continue;  // folded into the matmul
     body.push_back(*e);
     if (family_of(e->prim) == Family::reduce) {
       reduce_blocks[e->ins[0]] = block_of(e->ins[0]);

@@ -272,10 +272,12 @@ BlockSpec MatmulPlan::spec(int64_t rows, int64_t cols, int row_axis, int col_axi
 }
 
 Value MatmulPlan::compute(const Ref& a, const Ref& b) const {
-  if (bk == k) return dot(a[all], b[all]);
+  if (bk == k) return dot(a[all], b[all], trans_a, trans_b);
   const int64_t step = bk;
   return fori_loop(Value(0), Value(k / bk), [&](Value i, Value c) {
-    return c + dot(a(slice(), ds(i * step, step)), b(ds(i * step, step), slice()));
+    Value as = trans_a ? a(ds(i * step, step), slice()) : a(slice(), ds(i * step, step));
+    Value bs = trans_b ? b(slice(), ds(i * step, step)) : b(ds(i * step, step), slice());
+    return c + dot(as, bs, trans_a, trans_b);
   }, jnp::zeros({bm, bn}, acc));
 }
 

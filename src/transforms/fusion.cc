@@ -44,6 +44,17 @@ constexpr size_t kMaxGroupOutputs = 6;
 
 bool inlinable(const Eqn& e) { return e.prim == Prim::full; }
 
+// A transpose of the last two axes, read once, by a matmul: the matmul reads the transpose's
+// operand with its dot transposed instead (x @ w.T costs no copy of w).
+bool swaps_last_two(const Eqn& e) {
+  const std::vector<int64_t>& perm = e.params.axes;
+  const size_t r = perm.size();
+  if (e.prim != Prim::transpose || r < 2) return false;
+  for (size_t d = 0; d + 2 < r; ++d)
+    if (perm[d] != static_cast<int64_t>(d)) return false;
+  return perm[r - 2] == static_cast<int64_t>(r - 1) && perm[r - 1] == static_cast<int64_t>(r - 2);
+}
+
 bool fusible_reduction(Prim p) { return p == Prim::reduce_sum || p == Prim::reduce_max || p == Prim::reduce_min; }
 
 // `s` with leading size-1 dimensions up to rank r (NumPy's alignment); nullopt past rank r.
@@ -83,6 +94,15 @@ std::vector<FusionGroup> fuse(const Program& p, bool enabled, const std::string&
     for (int v : p.eqns[i].ins) readers[static_cast<size_t>(v)].push_back(i);
   auto may_join = [&](const Eqn& e) {
     return enabled && (is_elementwise(e.prim) || fusible_reduction(e.prim) || e.prim == Prim::reshape);
+  };
+  // Transposes folded into the matmul that reads them (placed in its group, not run on their own).
+  auto folded_transpose = [&](int v) {
+    const int pi = producer[static_cast<size_t>(v)];
+    if (!enabled || pi < 0 || !swaps_last_two(p.eqns[static_cast<size_t>(pi)]) || returned.count(v)) return false;
+    const std::vector<size_t>& rs = readers[static_cast<size_t>(v)];
+    if (rs.size() != 1 || p.eqns[rs[0]].prim != Prim::matmul) return false;
+    const std::vector<int>& mins = p.eqns[rs[0]].ins;
+    return std::count(mins.begin(), mins.end(), v) == 1;
   };
   auto is_inlined = [&](int v) {
     const int pi = producer[static_cast<size_t>(v)];
@@ -208,6 +228,7 @@ std::vector<FusionGroup> fuse(const Program& p, bool enabled, const std::string&
   for (size_t i = 0; i < p.eqns.size(); ++i) {
     const Eqn& e = p.eqns[i];
     if (inlinable(e) && enabled) continue;  // placed where it is read
+    if (!e.outs.empty() && folded_transpose(e.outs[0])) continue;  // placed in its matmul's group
     Open* target = nullptr;
     if (enabled && is_elementwise(e.prim)) {
       target = elementwise_target(e, p.type(e.outs[0]).shape);
@@ -220,6 +241,15 @@ std::vector<FusionGroup> fuse(const Program& p, bool enabled, const std::string&
       target = open_group(p.type(e.outs[0]).shape);
       target->matmul_head = true;
       target->head_operands.insert(e.ins.begin(), e.ins.end());
+      for (int v : e.ins)
+        if (folded_transpose(v)) {
+          const Eqn& t = p.eqns[static_cast<size_t>(producer[static_cast<size_t>(v)])];
+          close_producers_of(t.ins[0], target);
+          target->group.eqns.push_back(static_cast<size_t>(producer[static_cast<size_t>(v)]));
+          target->embedded[v] = p.type(v).shape;
+          target->head_operands.insert(t.ins[0]);
+          target->inputs.insert(t.ins[0]);
+        }
     }
     if (target) {
       for (int v : e.ins) close_producers_of(v, target);

@@ -102,6 +102,25 @@ TEST(CudaProgram, MatmulEpilogueAndSoftmaxInOneKernel) {
   EXPECT_NE(lowered.find("--- steps (1 kernels)"), std::string::npos) << lowered;
 }
 
+// x @ w.T with the transpose folded into the matmul's kernel: the dot reads w's blocks transposed,
+// through the contraction's steps (K = 1024), against float64.
+TEST(CudaProgram, MatmulReadsATransposedOperandInPlace) {
+  PL_REQUIRE_NVRTC();
+  auto f = jit([](const Array& x, const Array& w) { return jnp::matmul(x, jnp::transpose(w, {1, 0})); }, {.backend = "cuda"});
+  Array x = normal(30, {48, 1024}), w = normal(31, {80, 1024});
+  const Array got = to_host(f(on_backend(x), on_backend(w)));
+  Array ref({48, 80}, f64);
+  for (int64_t i = 0; i < 48; ++i)
+    for (int64_t j = 0; j < 80; ++j) {
+      double d = 0;
+      for (int64_t q = 0; q < 1024; ++q) d += x.get(i * 1024 + q) * w.get(j * 1024 + q);
+      ref.set(i * 80 + j, d);
+    }
+  EXPECT_LT(rel_error(got, ref), 1e-5);
+  const std::string lowered = f.lower(on_backend(x), on_backend(w));
+  EXPECT_NE(lowered.find("--- steps (1 kernels)"), std::string::npos) << lowered;
+}
+
 // Eager ops on device arrays with host scalar operands: the device copy of each scalar is reused
 // across ops (relu's 0 every iteration), so each value must still reach its own op, also after the
 // cache of copies has filled up and started over.

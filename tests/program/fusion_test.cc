@@ -243,6 +243,54 @@ TEST_P(Fusion, MatmulOperandsReadAgainStayOutsideItsKernel) {
   EXPECT_EQ(kernels_of(f.lower(x)), 2u) << f.lower(x);
 }
 
+// x transposed over its last two axes, in float64.
+Array transposed(const Array& x) {
+  const size_t r = x.shape().size();
+  const int64_t m = x.shape()[r - 2], n = x.shape()[r - 1], batch = x.size() / (m * n);
+  Shape s = x.shape();
+  std::swap(s[r - 2], s[r - 1]);
+  Array t(s, pl::f64);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) t.set(b * m * n + j * m + i, x.get(b * m * n + i * n + j));
+  return t;
+}
+
+TEST_P(Fusion, TransposedOperandsAreReadInPlace) {
+  // x @ w.T + b: the transpose is folded into the matmul's kernel (one kernel, no copy of w).
+  // K = 1024 walks the contraction in steps, through the transposed blocks.
+  auto xwt = pl::jit([](const Array& x, const Array& w, const Array& b) {
+    return pl::jnp::matmul(x, pl::jnp::transpose(w, {1, 0})) + b;
+  });
+  Array x = randn({33, 1024}, 19), w = randn({70, 1024}, 20), b = randn({70}, 21);
+  Array ref = matmul_reference(x, transposed(w));
+  for (int64_t i = 0; i < 33; ++i)
+    for (int64_t j = 0; j < 70; ++j) ref.set(i * 70 + j, ref.get(i * 70 + j) + b.get(j));
+  EXPECT_LT(pl::rel_error(xwt(x, w, b), ref), 1e-5);
+  EXPECT_EQ(kernels_of(xwt.lower(x, w, b)), 1u) << xwt.lower(x, w, b);
+  // The left operand transposed, batched; and one array on both sides (q @ q^T).
+  auto tl = pl::jit([](const Array& a, const Array& c) { return pl::jnp::matmul(pl::jnp::transpose(a, {0, 2, 1}), c); });
+  Array a = randn({2, 40, 30}, 22), c = randn({2, 40, 25}, 23);
+  EXPECT_LT(pl::rel_error(tl(a, c), matmul_reference(transposed(a), c)), 1e-5);
+  EXPECT_EQ(kernels_of(tl.lower(a, c)), 1u) << tl.lower(a, c);
+  auto gram = pl::jit([](const Array& q) { return pl::jnp::matmul(q, pl::jnp::transpose(q, {1, 0})); });
+  Array q = randn({50, 20}, 24);
+  EXPECT_LT(pl::rel_error(gram(q), matmul_reference(q, transposed(q))), 1e-5);
+  EXPECT_EQ(kernels_of(gram.lower(q)), 1u) << gram.lower(q);
+}
+
+TEST_P(Fusion, ATransposeReadTwiceIsComputed) {
+  // w.T is also returned: it is computed once, and the matmul reads the computed array.
+  auto f = pl::jit([](const Array& x, const Array& w) {
+    Array wt = pl::jnp::transpose(w, {1, 0});
+    return std::make_tuple(pl::jnp::matmul(x, wt), wt);
+  });
+  Array x = randn({12, 9}, 25), w = randn({14, 9}, 26);
+  auto [y, wt] = f(x, w);
+  EXPECT_LT(pl::rel_error(y, matmul_reference(x, transposed(w))), 1e-5);
+  EXPECT_LT(pl::rel_error(wt, transposed(w)), 1e-7);
+}
+
 TEST_P(Fusion, IntegerMatmulEpilogue) {
   auto f = pl::jit([](const Array& a, const Array& b) { return pl::jnp::matmul(a, b) * 3 - 1; });
   Array a = pl::random::uniform(pl::random::key(17), {9, 13}, pl::i32, -50, 50);
