@@ -17,10 +17,12 @@ endif()
 set(CHECK_NAME jax-ffi-check)
 include(${CMAKE_CURRENT_LIST_DIR}/check_common.cmake)
 
-execute_process(COMMAND "${python}" -c "import jax.extend as je; print(je.ffi.include_dir())"
+# jax.ffi since JAX 0.4.38; jax.extend.ffi before (and gone in later releases).
+execute_process(COMMAND "${python}" -c
+                "import jax\ntry:\n f = jax.ffi\nexcept AttributeError:\n import jax.extend as je\n f = je.ffi\nprint(f.include_dir())"
                 OUTPUT_VARIABLE include_dir OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "the venv's jax has no jax.extend.ffi.include_dir()")
+  message(FATAL_ERROR "the venv's jax has neither jax.ffi.include_dir() nor jax.extend.ffi.include_dir()")
 endif()
 run("cmake --install" ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${tmp}/prefix")
 run("configure examples/jax" ${CMAKE_COMMAND} -S "${SOURCE_DIR}/examples/jax" -B "${tmp}/build" -G "${GENERATOR}"

@@ -1,6 +1,7 @@
 // Library ops build their pallas_call once per configuration and reuse it, so a call traces and
 // compiles once per (configuration, input signature), as a jitted JAX function would.
 #pragma once
+#include <charconv>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -12,10 +13,12 @@
 namespace palladium::ops {
 
 // v written exactly (a hexfloat): two parameters that print alike at 6 digits must not share a call.
+// std::to_chars, not a stream: it needs no locale. (A stream's floating-point output here crashed on
+// a null pointer inside libstdc++ when JAX 0.11 on the GPU machine called the XLA FFI example.)
 inline std::string exact(double v) {
-  std::ostringstream s;
-  s << std::hexfloat << v;
-  return s.str();
+  char buf[64];
+  const std::to_chars_result r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::hex);
+  return std::string(buf, r.ptr);
 }
 
 // The key of a library op's pallas_call: everything baked into the Callable. That is the kernel's
