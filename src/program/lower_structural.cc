@@ -1,7 +1,8 @@
 // Non-elementwise families lowered to generated kernels: reductions tile their kept dimensions and
 // hold reduced ones whole; matmul tiles rows and columns (squeezed batch dimensions) and walks K;
-// transpose tiles its result; slice, pad and concatenate tile their result and load masked windows
-// of whole-array operands; dynamic_slice and dynamic_update_slice run one program.
+// transpose tiles its result; slice and pad tile their result and load masked windows of
+// whole-array operands; concatenate copies each operand's tiles to their place; dynamic_slice
+// and dynamic_update_slice run one program.
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -375,6 +376,51 @@ KernelStep windowed(const Program& p, const Eqn& e, const std::string& backend, 
   return s;
 }
 
+// Concatenate copies each operand once: grid (operand, tiles of the largest operand); each
+// program copies its tile of its operand to the operand's place in the result (masked at the
+// operand's edges). The result is one whole-array block that the programs write disjoint parts of.
+KernelStep lower_concatenate(const Program& p, const Eqn& e, const std::string& backend) {
+  const Type out = p.type(e.outs[0]);
+  const size_t axis = static_cast<size_t>(e.params.axis), n = e.ins.size();
+  std::vector<Shape> shapes;
+  std::vector<int64_t> offsets;
+  Shape largest(out.shape.size(), 0);
+  int64_t off = 0;
+  for (int v : e.ins) {
+    shapes.push_back(p.type(v).shape);
+    offsets.push_back(off);
+    off += shapes.back()[axis];
+    for (size_t d = 0; d < largest.size(); ++d) largest[d] = std::max(largest[d], shapes.back()[d]);
+  }
+  const Tiling t = tile(largest, block_budget(backend));
+  Shape grid{static_cast<int64_t>(n)};
+  grid.insert(grid.end(), t.grid.begin(), t.grid.end());
+  const Shape block = t.block;
+  const DType dt = out.dtype;
+  auto kernel = [shapes, offsets, block, axis, n, dt](Refs refs) {
+    const size_t r = block.size();
+    for (size_t j = 0; j < n; ++j) {
+      when(program_id(0) == static_cast<int64_t>(j), [&] {
+        Indexer from, to;
+        std::vector<Value> inside;
+        for (size_t d = 0; d < r; ++d) {
+          Value start = program_id(static_cast<int>(d + 1)) * block[d];
+          from.args.emplace_back(ds(start, block[d]));
+          to.args.emplace_back(ds(d == axis ? start + offsets[j] : start, block[d]));
+          inside.push_back(positions(block, d, start) < shapes[j][d]);
+        }
+        const Value mask = all_of(inside, block);
+        store(refs[n], to, load(refs[j], from, mask, jnp::zeros(block, dt)), mask);
+      });
+    }
+  };
+  KernelStep s;
+  s.ins = e.ins;
+  s.outs = e.outs;
+  s.call = make_kernel("concatenate", kernel, {{out.shape, dt}}, grid, std::vector<BlockSpec>(n), {BlockSpec()}, backend);
+  return s;
+}
+
 // A static slice whose start offsets are operands (int32 scalars), so that the slices of an
 // unrolled loop (x[t] for every t) share one kernel, traced and compiled once per shape.
 KernelStep lower_slice(const Program& p, const Eqn& e, const std::string& backend) {
@@ -479,19 +525,8 @@ std::vector<KernelStep> lower_structural(const Program& p, const Eqn& e, const s
       w.stride.assign(e.params.lo.size(), 1);
       return {windowed(p, e, backend, {w}, e.params.scalar)};
     }
-    case Family::concatenate: {
-      std::vector<Window> ws;
-      int64_t off = 0;
-      for (int v : e.ins) {
-        Window w;
-        w.offset.assign(p.type(v).shape.size(), 0);
-        w.offset[static_cast<size_t>(e.params.axis)] = -off;
-        w.stride.assign(p.type(v).shape.size(), 1);
-        off += p.type(v).shape[static_cast<size_t>(e.params.axis)];
-        ws.push_back(w);
-      }
-      return {windowed(p, e, backend, ws, 0.0)};
-    }
+    case Family::concatenate:
+      return {lower_concatenate(p, e, backend)};
     case Family::dynamic_slice:
     case Family::dynamic_update_slice:
       return {lower_dynamic(p, e, backend)};

@@ -121,6 +121,20 @@ TEST(CudaProgram, MatmulReadsATransposedOperandInPlace) {
   EXPECT_NE(lowered.find("--- steps (1 kernels)"), std::string::npos) << lowered;
 }
 
+// Concatenate on the GPU: each program copies one tile of one operand into the whole-array result.
+TEST(CudaProgram, ConcatenateOfOperandsOfDifferentWidths) {
+  PL_REQUIRE_NVRTC();
+  auto f = jit([](const Array& a, const Array& b) { return jnp::concatenate({a, b, a}, 1); }, {.backend = "cuda"});
+  Array a = normal(32, {30, 9}), b = normal(33, {30, 10000});
+  const Array got = to_host(f(on_backend(a), on_backend(b)));
+  ASSERT_EQ(got.shape(), (Shape{30, 10018}));
+  for (int64_t i = 0; i < 30; ++i)
+    for (int64_t j = 0; j < 10018; ++j) {
+      const double want = j < 9 ? a.get(i * 9 + j) : j < 10009 ? b.get(i * 10000 + j - 9) : a.get(i * 9 + j - 10009);
+      ASSERT_EQ(got.get(i * 10018 + j), want) << i << "," << j;
+    }
+}
+
 // Eager ops on device arrays with host scalar operands: the device copy of each scalar is reused
 // across ops (relu's 0 every iteration), so each value must still reach its own op, also after the
 // cache of copies has filled up and started over.

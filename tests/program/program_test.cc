@@ -172,6 +172,35 @@ TEST_P(Program, ReductionsMatmulAndLayout) {
   EXPECT_EQ(up.get(0), x.get(0));
 }
 
+TEST_P(Program, ConcatenateCopiesEveryOperandToItsPlace) {
+  // Operands of different extents along the axis (1 to 70000): the tiles of the largest operand
+  // overhang the smaller ones, whose programs copy only what is inside them.
+  Array a = randn({2, 3, 5}, 30), b = randn({2, 7, 5}, 31), c = randn({2, 1, 5}, 32);
+  Array cat = pl::jnp::concatenate({a, b, c}, 1);
+  ASSERT_EQ(cat.shape(), (Shape{2, 11, 5}));
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t j = 0; j < 11; ++j)
+      for (int64_t k = 0; k < 5; ++k) {
+        const double want = j < 3 ? a.get((i * 3 + j) * 5 + k) : j < 10 ? b.get((i * 7 + j - 3) * 5 + k) : c.get(i * 5 + k);
+        ASSERT_EQ(cat.get((i * 11 + j) * 5 + k), want) << i << "," << j << "," << k;
+      }
+  Array big = randn({2, 70000}, 33), small = randn({2, 5}, 34);
+  Array wide = pl::jnp::concatenate({small, big, small}, 1);
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t j = 0; j < 70010; j += j < 10 || j > 69995 ? 1 : 997) {
+      const double want = j < 5 ? small.get(i * 5 + j) : j < 70005 ? big.get(i * 70000 + j - 5) : small.get(i * 5 + j - 70005);
+      ASSERT_EQ(wide.get(i * 70010 + j), want) << i << "," << j;
+    }
+  // 40 rows: more operands than one kernel takes, stacked as a tree; integers and bools too.
+  std::vector<Array> rows, flags;
+  for (int i = 0; i < 40; ++i) {
+    rows.push_back(pl::random::uniform(pl::random::key(100 + static_cast<uint64_t>(i)), {6}, pl::i32, -1000, 1000));
+    flags.push_back(rows.back() > 0);
+  }
+  EXPECT_TRUE(pl::array_equal(pl::jnp::stack(rows), pl::stack(rows)));
+  EXPECT_TRUE(pl::array_equal(pl::jnp::stack(flags, 1), pl::stack(flags, 1)));
+}
+
 TEST_P(Program, JitTracesOncePerSignatureAndFuses) {
   int calls = 0;
   auto f = pl::jit([&calls](const Array& x, const Array& y) {
