@@ -82,6 +82,24 @@ template <class... A> RefProxy Ref::operator()(const A&... a) const {
   return RefProxy(*this, Indexer(std::vector<IndexArg>{IndexArg(a)...}));
 }
 
+namespace detail {
+// One Ref per type: buffers of the kernel being traced (run_scoped below).
+std::vector<Ref> scoped_buffers(const std::vector<ShapeDtype>& types);
+}  // namespace detail
+
+// Pallas's run_scoped: calls fn with one Ref per type, on buffers that exist while fn runs, and
+// returns what fn returns. The buffers are uninitialised, like scratch_shapes (each point of the
+// parallel grid axes has its own), and are allocated for the call: run_scoped is called at the
+// kernel body's top level, not inside a loop or a conditional.
+template <class Fn> decltype(auto) run_scoped(Fn&& fn, const std::vector<ShapeDtype>& types) {
+  const std::vector<Ref> refs = detail::scoped_buffers(types);
+  return std::forward<Fn>(fn)(Refs(refs));
+}
+template <class Fn> decltype(auto) run_scoped(Fn&& fn, const ShapeDtype& type) {
+  const std::vector<Ref> refs = detail::scoped_buffers({type});
+  return std::forward<Fn>(fn)(refs[0]);
+}
+
 // pl.load / pl.store with masks; `other` fills masked-off lanes of a load.
 Value load(const Ref& ref, const Indexer& index = {all}, std::optional<Value> mask = std::nullopt,
            std::optional<Value> other = std::nullopt);

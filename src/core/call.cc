@@ -124,6 +124,11 @@ std::shared_ptr<CallImpl::Cache::Entry> entry_for(const CallImpl& call, const In
   ++cache.traces;
   e->outputs = d.outputs;
   e->num_scratch = d.num_scratch;
+  for (const ir::RefParam& r : kernel.refs)  // run_scoped's buffers, after every other output
+    if (r.is_output && r.operand >= static_cast<int>(d.outputs.size())) {
+      e->outputs.emplace_back(r.array_shape, r.dtype);
+      ++e->num_scratch;
+    }
   e->aliases = d.aliases;
   if (o.debug) std::cout << "--- pallas_call '" << d.name << "' IR (" << backend_name << ") ---\n" << ir::print(kernel);
   e->exe = be->compile(kernel, {o.debug, o.compiler_params});
@@ -136,7 +141,52 @@ std::shared_ptr<CallImpl::Cache::Entry> entry_for(const CallImpl& call, const In
 
 namespace {
 thread_local std::span<const Ref> current_prefetch_refs;
+
+// The kernel whose body is being traced, for run_scoped's buffers: scratch refs appended after
+// every other ref, one block per point of the parallel grid axes (as scratch_shapes).
+struct ScopedBuffers {
+  ir::Kernel* kernel = nullptr;
+  ir::Builder* builder = nullptr;
+  std::vector<Value> parallel_pids;  // program_id of each parallel axis, in order
+  Shape parallel_extents;
+  size_t first_scratch = 0;  // output index of the first scratch buffer (scratch_shapes first)
+};
+thread_local ScopedBuffers* current_scoped = nullptr;
 }  // namespace
+
+std::vector<Ref> scoped_buffers(const std::vector<ShapeDtype>& types) {
+  ScopedBuffers* sb = current_scoped;
+  if (!sb) throw Error("run_scoped: called outside a pallas_call kernel body");
+  ir::Builder& b = *sb->builder;
+  if (b.depth() != 1)
+    b.fail("run_scoped", "is called inside a loop or a conditional; call it at the kernel body's top level "
+                         "(its buffers are allocated for the whole call)");
+  std::vector<Ref> refs;
+  for (const ShapeDtype& t : types) {
+    b.check_shape("run_scoped", t.shape);
+    ir::RefParam p;
+    int next = 0;
+    for (const ir::RefParam& r : sb->kernel->refs) next = std::max(next, r.is_output ? r.operand + 1 : 0);
+    p.name = "s" + std::to_string(static_cast<size_t>(next) - sb->first_scratch);
+    p.is_output = true;
+    p.operand = next;
+    p.dtype = t.dtype;
+    p.array_shape = sb->parallel_extents;
+    p.block_shape.assign(sb->parallel_extents.size(), 1);
+    p.squeezed.assign(sb->parallel_extents.size(), true);
+    for (const Value& pid : sb->parallel_pids) p.origin.push_back(trace::as_value(pid, DType::int32, {}, "run_scoped"));
+    for (int64_t n : t.shape) {
+      p.array_shape.push_back(n);
+      p.block_shape.push_back(n);
+      p.squeezed.push_back(false);
+      p.ref_shape.push_back(n);
+      p.origin.push_back(trace::as_value(Value(0), DType::int32, {}, "run_scoped"));
+    }
+    sb->kernel->refs.push_back(std::move(p));
+    refs.emplace_back(static_cast<int>(sb->kernel->refs.size() - 1), t.shape, t.dtype);
+  }
+  return refs;
+}
 
 std::span<const Ref> scalar_prefetch_refs() { return current_prefetch_refs; }
 
@@ -174,6 +224,19 @@ ir::Kernel trace_kernel(const CallImpl& call, const CallDesc& d) {
     if (o >= d.num_results()) kernel.refs.back().name = "s" + std::to_string(o - d.num_results());  // scratch
   }
 
+  ScopedBuffers scoped;
+  scoped.kernel = &kernel;
+  scoped.builder = &b;
+  scoped.first_scratch = d.num_results();
+  for (size_t a = 0; a < d.grid.size(); ++a)
+    if (d.sequential.empty() || !d.sequential[a]) {
+      scoped.parallel_pids.push_back(pids[a]);
+      scoped.parallel_extents.push_back(d.grid[a]);
+    }
+  current_scoped = &scoped;
+  struct ResetScoped {
+    ~ResetScoped() { current_scoped = nullptr; }
+  } reset_scoped;
   const KernelFn& fn = call.base().kernel;
   if (!accepts(fn.arity_mask, refs.size()))
     b.fail("call", "the kernel takes " + arity_list(fn.arity_mask, "an unsupported number of") +

@@ -54,6 +54,9 @@ class Builder {
   std::vector<ValueId> emit_while(const std::vector<ValueId>& init, Region cond, Region body);
   std::vector<ValueId> emit_if(ValueId pred, Region then_region, Region else_region);
 
+  // How many regions are open: 1 at the kernel body's top level.
+  size_t depth() const { return open_.size(); }
+
   // Moves the finished top-level body into the kernel; call once, after tracing.
   void finish();
 

@@ -282,5 +282,24 @@ TEST(CudaMemory, CheckedRunOfACorrectKernel) {
   check_kernel(kernel, {ShapeDtype({128}, f32)}, o, {x});
 }
 
+// run_scoped's buffers on the GPU: an accumulator through a K loop in the kernel, per program.
+TEST(CudaMemory, RunScopedAccumulator) {
+  PL_REQUIRE_NVRTC();
+  auto kernel = [](pl::Ref x, pl::Ref y, pl::Ref o) {
+    o[pl::all] = pl::run_scoped([&](pl::Ref acc) {
+      acc[pl::all] = jnp::zeros({16, 32});
+      pl::fori_loop(0, 4, [&](Value k) {
+        acc[pl::all] = acc[pl::all] + jnp::dot(x(pl::slice(), pl::ds(k * 16, 16)), y(pl::ds(k * 16, 16), pl::slice()));
+      });
+      return Value(acc[pl::all]);
+    }, ShapeDtype({16, 32}, f32));
+  };
+  CallOptions opts{.grid = {3},
+                   .in_specs = {BlockSpec({16, 64}, [](Index i) { return idx(i, 0); }), BlockSpec({64, 32}, [](Index) { return idx(0, 0); })},
+                   .out_specs = {BlockSpec({16, 32}, [](Index i) { return idx(i, 0); })},
+                   .name = "scoped"};
+  check_kernel(kernel, {ShapeDtype({48, 32}, f32)}, opts, {normal(40, {48, 64}), normal(41, {64, 32})}, 1e-5);
+}
+
 }  // namespace
 }  // namespace palladium::cudatest

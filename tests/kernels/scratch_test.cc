@@ -61,6 +61,69 @@ TEST_P(ScratchTest, TemporariesAndVmap) {
   EXPECT_TRUE(matches(out, ref_f64({3, 40}, [&](int64_t f) { return x.get(f) * 2.0 + static_cast<double>(f % 40 / 8 + 1); }), f32));
 }
 
+// run_scoped: a float32 accumulator for a K loop inside the kernel, and a second buffer beside a
+// scratch_shapes one; run_scoped returns what its function returns.
+TEST_P(ScratchTest, RunScopedAccumulatorAndReturnedValue) {
+  Rng rng;
+  const int64_t m = 48, n = 32, k = 64, b = 16;
+  Array x = rng.normal({m, k}).astype(bf16), y = rng.normal({k, n}).astype(bf16);
+  CallOptions o;
+  o.grid = {m / b, n / b};
+  o.in_specs = {BlockSpec({b, k}, [](Index i, Index) { return pl::idx(i, 0); }),
+                BlockSpec({k, b}, [](Index, Index j) { return pl::idx(0, j); })};
+  o.out_specs = {BlockSpec({b, b}, [](Index i, Index j) { return pl::idx(i, j); })};
+  o.scratch_shapes = {ShapeDtype({}, f32)};
+  o.name = "scoped_matmul";
+  Array out = run1(
+      [](Ref xr, Ref yr, Ref out_ref, Ref bias) {
+        bias[pl::all] = jnp::full({}, 0.25, f32);
+        Value sum = pl::run_scoped(
+            [&](Ref acc) {
+              acc[pl::all] = jnp::zeros({16, 16});
+              pl::fori_loop(0, 4, [&](Value kk) {
+                acc[pl::all] = acc[pl::all] + jnp::dot(xr(pl::slice(), pl::ds(kk * 16, 16)), yr(pl::ds(kk * 16, 16), pl::slice()));
+              });
+              return Value(acc[pl::all]);
+            },
+            ShapeDtype({16, 16}, f32));
+        pl::run_scoped([&](pl::Refs r) {
+          r[0][pl::all] = sum + Value(bias[pl::all]);
+          r[1][pl::all] = pl::program_id(0) * 0;
+          out_ref[pl::all] = (Value(r[0][pl::all]) + Value(r[1][pl::all]).astype(f32)).astype(bf16);
+        }, {ShapeDtype({16, 16}, f32), ShapeDtype({}, i32)});
+      },
+      ShapeDtype({m, n}, bf16), o, {x, y});
+  Array ref = matmul(x.astype(f64), y.astype(f64));
+  for (int64_t i = 0; i < ref.size(); ++i) ref.set(i, ref.get(i) + 0.25);
+  EXPECT_TRUE(matches(out, ref, bf16));
+}
+
+TEST(ScratchErrors, RunScopedOutsideAKernel) {
+  PL_EXPECT_ERROR(pl::run_scoped([](Ref) {}, ShapeDtype({4}, f32)), "run_scoped: called outside a pallas_call kernel body");
+}
+
+TEST(ScratchErrors, RunScopedInsideALoop) {
+  Array x = Rng().normal({8});
+  auto call = pallas_call([](Ref xr, Ref out_ref) {
+    pl::fori_loop(0, 2, [&](Value) {
+      pl::run_scoped([&](Ref t) { t[pl::all] = xr[pl::all]; out_ref[pl::all] = t[pl::all]; }, ShapeDtype({8}, f32));
+    });
+  }, ShapeDtype({8}, f32), CallOptions{.name = "scoped_loop", .backend = "interpret"});
+  PL_EXPECT_ERROR(call(x), "run_scoped");
+  PL_EXPECT_ERROR(call(x), "is called inside a loop or a conditional; call it at the kernel body's top level");
+}
+
+TEST(ScratchErrors, RunScopedBuffersAreUninitialised) {
+  // Named after the scratch_shapes buffers: s1 here.
+  Array x = Rng().normal({8});
+  CallOptions o{.scratch_shapes = {ShapeDtype({8}, f32)}, .name = "scoped_uninit", .backend = "interpret"};
+  auto call = pallas_call([](Ref xr, Ref out_ref, Ref tmp) {
+    tmp[pl::all] = xr[pl::all];
+    pl::run_scoped([&](Ref t) { out_ref[pl::all] = Value(tmp[pl::all]) + Value(t[pl::all]); }, ShapeDtype({8}, f32));
+  }, ShapeDtype({8}, f32), o);
+  PL_EXPECT_ERROR(call(x), "reads element (0) of the selection in ref s1, output memory that nothing has written");
+}
+
 TEST(ScratchErrors, ScratchIsUninitialised) {
   Array x = Rng().normal({8});
   CallOptions o{.scratch_shapes = {ShapeDtype({8}, f32)}, .name = "uninit", .backend = "interpret"};
