@@ -238,6 +238,7 @@ std::vector<FusionGroup> fuse(const Program& p, bool enabled, const std::string&
     } else if (enabled && e.prim == Prim::reshape) {
       target = reshape_target(e);
     } else if (enabled && e.prim == Prim::matmul) {
+      for (int v : e.ins) materialise(v);  // a constant operand is an array the matmul's blocks read
       target = open_group(p.type(e.outs[0]).shape);
       target->matmul_head = true;
       target->head_operands.insert(e.ins.begin(), e.ins.end());
@@ -245,6 +246,7 @@ std::vector<FusionGroup> fuse(const Program& p, bool enabled, const std::string&
         if (folded_transpose(v)) {
           const Eqn& t = p.eqns[static_cast<size_t>(producer[static_cast<size_t>(v)])];
           close_producers_of(t.ins[0], target);
+          materialise(t.ins[0]);
           target->group.eqns.push_back(static_cast<size_t>(producer[static_cast<size_t>(v)]));
           target->embedded[v] = p.type(v).shape;
           target->head_operands.insert(t.ins[0]);
@@ -267,7 +269,7 @@ std::vector<FusionGroup> fuse(const Program& p, bool enabled, const std::string&
     }
     if (target) {
       for (int v : e.ins)
-        if (is_inlined(v) && !target->produces(v)) {
+        if (e.prim != Prim::matmul && is_inlined(v) && !target->produces(v)) {
           target->group.eqns.push_back(static_cast<size_t>(producer[static_cast<size_t>(v)]));
           target->embedded[v] = *aligned(p.type(v).shape, target->domain().size());
         }

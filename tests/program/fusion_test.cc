@@ -291,6 +291,33 @@ TEST_P(Fusion, ATransposeReadTwiceIsComputed) {
   EXPECT_LT(pl::rel_error(wt, transposed(w)), 1e-7);
 }
 
+TEST_P(Fusion, ConstantMatmulOperands) {
+  // Constants are recomputed inside elementwise kernels; a matmul reads its operands in blocks, so a
+  // constant operand (or the constant under a folded transpose) is made an array first.
+  auto f = pl::jit([](const Array& x) {
+    Array y1 = pl::jnp::matmul(pl::lax::full({4, 6}, 1.0), x) * 2.0;
+    Array y2 = pl::jnp::matmul(pl::jnp::transpose(pl::lax::full({5, 4}, 0.5), {1, 0}), pl::jnp::transpose(x, {1, 0}));
+    return std::make_tuple(y1, y2);
+  });
+  Array x = randn({6, 5}, 27);
+  auto [y1, y2] = f(x);
+  Array r1({4, 5}, pl::f64), r2({4, 6}, pl::f64);
+  for (int64_t i = 0; i < 4; ++i) {
+    for (int64_t j = 0; j < 5; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < 6; ++k) s += x.get(k * 5 + j);
+      r1.set(i * 5 + j, 2 * s);
+    }
+    for (int64_t j = 0; j < 6; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < 5; ++k) s += 0.5 * x.get(j * 5 + k);
+      r2.set(i * 6 + j, s);
+    }
+  }
+  EXPECT_LT(pl::rel_error(y1, r1), 1e-6);
+  EXPECT_LT(pl::rel_error(y2, r2), 1e-6);
+}
+
 TEST_P(Fusion, IntegerMatmulEpilogue) {
   auto f = pl::jit([](const Array& a, const Array& b) { return pl::jnp::matmul(a, b) * 3 - 1; });
   Array a = pl::random::uniform(pl::random::key(17), {9, 13}, pl::i32, -50, 50);
