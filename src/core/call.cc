@@ -142,14 +142,14 @@ std::shared_ptr<CallImpl::Cache::Entry> entry_for(const CallImpl& call, const In
 namespace {
 thread_local std::span<const Ref> current_prefetch_refs;
 
-// The kernel whose body is being traced, for run_scoped's buffers: scratch refs appended after
-// every other ref, one block per point of the parallel grid axes (as scratch_shapes).
+// The kernel whose body is being traced, for run_scoped's buffers: scratch refs (scratch_layout)
+// appended after every other ref.
 struct ScopedBuffers {
   ir::Kernel* kernel = nullptr;
   ir::Builder* builder = nullptr;
-  std::vector<Value> parallel_pids;  // program_id of each parallel axis, in order
-  Shape parallel_extents;
-  size_t first_scratch = 0;  // output index of the first scratch buffer (scratch_shapes first)
+  const CallDesc* desc = nullptr;
+  const std::vector<Value>* pids = nullptr;
+  size_t next_output = 0;  // the output index of the next buffer
 };
 thread_local ScopedBuffers* current_scoped = nullptr;
 }  // namespace
@@ -164,26 +164,10 @@ std::vector<Ref> scoped_buffers(const std::vector<ShapeDtype>& types) {
   std::vector<Ref> refs;
   for (const ShapeDtype& t : types) {
     b.check_shape("run_scoped", t.shape);
-    ir::RefParam p;
-    int next = 0;
-    for (const ir::RefParam& r : sb->kernel->refs) next = std::max(next, r.is_output ? r.operand + 1 : 0);
-    p.name = "s" + std::to_string(static_cast<size_t>(next) - sb->first_scratch);
-    p.is_output = true;
-    p.operand = next;
-    p.dtype = t.dtype;
-    p.array_shape = sb->parallel_extents;
-    p.block_shape.assign(sb->parallel_extents.size(), 1);
-    p.squeezed.assign(sb->parallel_extents.size(), true);
-    for (const Value& pid : sb->parallel_pids) p.origin.push_back(trace::as_value(pid, DType::int32, {}, "run_scoped"));
-    for (int64_t n : t.shape) {
-      p.array_shape.push_back(n);
-      p.block_shape.push_back(n);
-      p.squeezed.push_back(false);
-      p.ref_shape.push_back(n);
-      p.origin.push_back(trace::as_value(Value(0), DType::int32, {}, "run_scoped"));
-    }
-    sb->kernel->refs.push_back(std::move(p));
-    refs.emplace_back(static_cast<int>(sb->kernel->refs.size() - 1), t.shape, t.dtype);
+    const auto [array, spec] = scratch_layout(*sb->desc, t);
+    const size_t o = sb->next_output++;
+    add_ref(*sb->kernel, b, *sb->pids, true, o, array, spec, refs);
+    sb->kernel->refs.back().name = "s" + std::to_string(o - sb->desc->num_results());
   }
   return refs;
 }
@@ -224,15 +208,7 @@ ir::Kernel trace_kernel(const CallImpl& call, const CallDesc& d) {
     if (o >= d.num_results()) kernel.refs.back().name = "s" + std::to_string(o - d.num_results());  // scratch
   }
 
-  ScopedBuffers scoped;
-  scoped.kernel = &kernel;
-  scoped.builder = &b;
-  scoped.first_scratch = d.num_results();
-  for (size_t a = 0; a < d.grid.size(); ++a)
-    if (d.sequential.empty() || !d.sequential[a]) {
-      scoped.parallel_pids.push_back(pids[a]);
-      scoped.parallel_extents.push_back(d.grid[a]);
-    }
+  ScopedBuffers scoped{&kernel, &b, &d, &pids, d.outputs.size()};
   current_scoped = &scoped;
   struct ResetScoped {
     ~ResetScoped() { current_scoped = nullptr; }

@@ -23,32 +23,39 @@ BlockSpec canonical(const BlockSpec& spec, const Shape& shape) {
   return spec;
 }
 
-// Scratch buffers as extra outputs: one block per point of the parallel axes, the same block for
-// every program of a chain along the sequential axes (so it persists through them).
+}  // namespace
+
+std::pair<ShapeDtype, BlockSpec> scratch_layout(const CallDesc& d, const ShapeDtype& s) {
+  Shape shape;
+  std::vector<BlockDim> block;
+  std::vector<size_t> parallel;
+  for (size_t a = 0; a < d.grid.size(); ++a) {
+    if (d.sequential[a]) continue;
+    parallel.push_back(a);
+    shape.push_back(d.grid[a]);
+    block.emplace_back(None);
+  }
+  for (int64_t n : s.shape) {
+    shape.push_back(n);
+    block.emplace_back(n);
+  }
+  const size_t rank = s.shape.size();
+  auto map = [parallel, rank](std::span<const Value> g) {
+    std::vector<IndexArg> args;
+    for (size_t a : parallel) args.emplace_back(g[a]);
+    for (size_t k = 0; k < rank; ++k) args.emplace_back(0);
+    return Indexer(std::move(args));
+  };
+  return {ShapeDtype(shape, s.dtype), BlockSpec::from_parts(block, map, d.grid.size() < 32 ? 1u << d.grid.size() : kAnyArity)};
+}
+
+namespace {
+
 void add_scratch(CallDesc& d, const std::vector<ShapeDtype>& scratch) {
   for (const ShapeDtype& s : scratch) {
-    Shape shape;
-    std::vector<BlockDim> block;
-    std::vector<size_t> parallel;
-    for (size_t a = 0; a < d.grid.size(); ++a) {
-      if (d.sequential[a]) continue;
-      parallel.push_back(a);
-      shape.push_back(d.grid[a]);
-      block.emplace_back(None);
-    }
-    for (int64_t n : s.shape) {
-      shape.push_back(n);
-      block.emplace_back(n);
-    }
-    const size_t rank = s.shape.size();
-    auto map = [parallel, rank](std::span<const Value> g) {
-      std::vector<IndexArg> args;
-      for (size_t a : parallel) args.emplace_back(g[a]);
-      for (size_t k = 0; k < rank; ++k) args.emplace_back(0);
-      return Indexer(std::move(args));
-    };
-    d.outputs.emplace_back(shape, s.dtype);
-    d.out_specs.push_back(BlockSpec::from_parts(block, map, d.grid.size() < 32 ? 1u << d.grid.size() : kAnyArity));
+    auto [array, spec] = scratch_layout(d, s);
+    d.outputs.push_back(std::move(array));
+    d.out_specs.push_back(std::move(spec));
     ++d.num_scratch;
   }
 }

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "palladium/call.h"
@@ -52,6 +53,10 @@ struct CallDesc {
 };
 
 CallDesc describe(const CallImpl& call, const InputTypes& inputs);
+// A scratch buffer of type `s` as an extra output of the call: one block per point of the parallel
+// grid axes, the same block for every program of a chain along the sequential axes (so it
+// persists through them). Used for scratch_shapes and for run_scoped's buffers.
+std::pair<ShapeDtype, BlockSpec> scratch_layout(const CallDesc& d, const ShapeDtype& s);
 // The kernel IR of one call for a description (call.cc); the partitioner reads its index maps.
 ir::Kernel trace_kernel(const CallImpl& call, const CallDesc& d);
 

@@ -3,9 +3,17 @@
 
 #include <algorithm>
 
+#include "palladium/error.h"
 #include "palladium/lang.h"
 
 namespace palladium::program {
+
+Shape at_rank(const Shape& s, size_t r) {
+  PL_ASSERT(s.size() <= r, "at_rank: a rank-", s.size(), " shape at rank ", r);
+  Shape out(r - s.size(), 1);
+  out.insert(out.end(), s.begin(), s.end());
+  return out;
+}
 
 Tiling tile(const Shape& shape, int64_t budget) {
   Tiling t;

@@ -14,6 +14,9 @@ struct Tiling {
   Shape block;  // block shape, one entry per dimension of the tiled shape
   Shape grid;   // cdiv(shape, block)
 };
+// `s` with leading size-1 dimensions up to rank r >= rank(s): NumPy's alignment for broadcasting.
+Shape at_rank(const Shape& s, size_t r);
+
 // Blocks of at most `budget` elements, filled from the last dimension (contiguous) outwards.
 Tiling tile(const Shape& shape, int64_t budget);
 

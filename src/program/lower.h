@@ -2,6 +2,7 @@
 // applies the kernel language's own op to blocks, so the interpreter, cpu and cuda run one
 // definition of every array op. Families choose the grid and BlockSpecs (lower_*.cc).
 #pragma once
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,10 +40,16 @@ struct FusionGroup {
   std::vector<size_t> eqns;  // indices into the program, in order
   std::vector<int> ins;      // vars read from outside the group
   std::vector<int> outs;     // vars used after the group (or returned)
-  bool fused = false;  // lowered by lower_fused_group
-  Shape domain;              // the shape every value of the group broadcasts to
+  bool fused = false;          // lowered by lower_fused_group
+  Shape domain;                // the shape every value of the group broadcasts to
   std::vector<int64_t> whole;  // domain axes the group reduces: held whole by every block
+  // Every value the group produces, at the domain's rank with size-1 dimensions where it is
+  // reduced or broadcast (its operands from outside are at_rank of their program shapes).
+  std::map<int, Shape> embedded;
 };
+// A tile reduced over `axes` (reduce_sum/max/min, argmax/argmin) into `out`, inside a kernel: the
+// reduced axes dropped; a 16-bit float sum into float32 is summed in float32.
+Value reduce_tile(Prim prim, Value v, std::vector<int64_t> axes, DType out);
 // One kernel for a fused group (`eqns` are its equations): the grid tiles the domain, its whole
 // axes in one block; reductions reduce the block in registers.
 KernelStep lower_fused_group(const Program& p, const std::vector<const Eqn*>& eqns, const FusionGroup& g,

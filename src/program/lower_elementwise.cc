@@ -73,13 +73,6 @@ Value apply_elementwise(const Eqn& e, const std::vector<Value>& a, const Shape& 
 
 namespace {
 
-// `s` with leading size-1 dimensions up to rank r.
-Shape at_rank(const Shape& s, size_t r) {
-  Shape out(r - s.size(), 1);
-  out.insert(out.end(), s.begin(), s.end());
-  return out;
-}
-
 // The domain tiled with its whole axes in one block: the other axes share what the block budget
 // leaves after the whole ones.
 Tiling tile_domain(const Shape& domain, const std::vector<int64_t>& whole, int64_t budget) {
@@ -99,19 +92,6 @@ Tiling tile_domain(const Shape& domain, const std::vector<int64_t>& whole, int64
     t.grid.push_back(is_whole[d] ? 1 : k.grid[j++]);
   }
   return t;
-}
-
-Value reduce_block(Prim prim, Value v, std::vector<int64_t> axes) {
-  std::sort(axes.begin(), axes.end());
-  for (size_t i = axes.size(); i-- > 0;) {
-    switch (prim) {
-      case Prim::reduce_sum: v = v.sum(axes[i]); break;
-      case Prim::reduce_max: v = v.max(axes[i]); break;
-      case Prim::reduce_min: v = v.min(axes[i]); break;
-      default: throw InternalError(std::string("lower_fused_group: ") + prim_name(prim) + " is not a fused reduction");
-    }
-  }
-  return v;
 }
 
 }  // namespace
@@ -147,21 +127,9 @@ KernelStep lower_fused_group(const Program& p, const std::vector<const Eqn*>& eq
   } else {
     t = tile_domain(shape, g.whole, block_budget(backend));
   }
-  // Every value's shape at the domain's rank: reduced axes (and broadcast ones) of size 1.
-  std::map<int, Shape> embedded;
+  // Every value's shape at the domain's rank (fusion.cc): reduced and broadcast axes of size 1.
+  std::map<int, Shape> embedded = g.embedded;
   for (int v : g.ins) embedded[v] = at_rank(p.type(v).shape, rank);
-  for (const Eqn* e : eqns) {
-    if (e->prim == Prim::transpose) continue;  // folded into the matmul
-    if (family_of(e->prim) == Family::reduce) {
-      Shape s = embedded.at(e->ins[0]);
-      for (int64_t a : e->params.axes) s[static_cast<size_t>(a)] = 1;
-      embedded[e->outs[0]] = s;
-    } else if (e->prim == Prim::reshape) {
-      embedded[e->outs[0]] = embedded.at(e->ins[0]);
-    } else {
-      embedded[e->outs[0]] = at_rank(p.type(e->outs[0]).shape, rank);
-    }
-  }
   auto block_of = [&](int v) {
     Shape b = t.block;
     for (size_t d = 0; d < rank; ++d)
@@ -190,11 +158,9 @@ KernelStep lower_fused_group(const Program& p, const std::vector<const Eqn*>& eq
   }
   step.outs = g.outs;
   std::vector<ShapeDtype> out_types;
-  std::vector<Shape> out_blocks;
   for (int v : g.outs) {
     out_types.emplace_back(embedded.at(v), p.type(v).dtype);
     out_specs.push_back(grid_spec(t, broadcast_dims(v)));
-    out_blocks.push_back(block_of(v));
   }
   std::vector<Eqn> body;
   std::map<int, Shape> reduce_blocks;  // per reduction: its operand's block, and its result's
@@ -226,13 +192,8 @@ KernelStep lower_fused_group(const Program& p, const std::vector<const Eqn*>& eq
       }
       if (family_of(e.prim) == Family::reduce) {
         // The operand may be held smaller than its block (broadcast): reduce the whole block.
-        // As the standalone reduction: a 16-bit float sum into float32 is summed in float32.
-        Value v = jnp::broadcast_to(env.at(e.ins[0]), reduce_blocks.at(e.ins[0]));
-        const DType out = reduce_dtypes.at(e.outs[0]);
-        if (e.prim == Prim::reduce_sum && out == DType::float32 && is_float(v.dtype()) && itemsize(v.dtype()) == 2)
-          v = v.astype(DType::float32);
-        v = reduce_block(e.prim, v, e.params.axes).reshape(reduce_blocks.at(e.outs[0]));
-        env[e.outs[0]] = v.astype(out);
+        const Value v = jnp::broadcast_to(env.at(e.ins[0]), reduce_blocks.at(e.ins[0]));
+        env[e.outs[0]] = reduce_tile(e.prim, v, e.params.axes, reduce_dtypes.at(e.outs[0])).reshape(reduce_blocks.at(e.outs[0]));
         continue;
       }
       if (e.prim == Prim::reshape) {  // the identity on embedded shapes

@@ -78,24 +78,7 @@ std::shared_ptr<detail::CallImpl> reduce_call(Prim prim, const Shape& shape, con
     for (const Value& v : g) idx.args.emplace_back(v);
     return idx;
   }, grid.size() < 32 ? 1u << grid.size() : detail::kAnyArity);
-  auto kernel = [prim, axes](Refs refs) {
-    Value v = refs[0][all];
-    // Partial sums kept in float32 are summed in float32 (a 16-bit block sum would round first).
-    if (prim == Prim::reduce_sum && refs[1].dtype() == DType::float32 && is_float(v.dtype()) && itemsize(v.dtype()) == 2)
-      v = v.astype(DType::float32);
-    for (size_t i = axes.size(); i-- > 0;) {
-      const int64_t a = axes[i];
-      switch (prim) {
-        case Prim::reduce_sum: v = v.sum(a); break;
-        case Prim::reduce_max: v = v.max(a); break;
-        case Prim::reduce_min: v = v.min(a); break;
-        case Prim::argmax: v = v.argmax(a); break;
-        case Prim::argmin: v = v.argmin(a); break;
-        default: throw InternalError("lower_reduce: not a reduction");
-      }
-    }
-    store(refs[1], v.astype(refs[1].dtype()));
-  };
+  auto kernel = [prim, axes](Refs refs) { store(refs[1], reduce_tile(prim, refs[0][all], axes, refs[1].dtype())); };
   return make_kernel(prim_name(prim), kernel, {{out_shape, out_dtype}}, grid, {in}, {out}, backend);
 }
 
@@ -235,6 +218,25 @@ KernelStep lower_reduce(const Program& p, const Eqn& e, const std::string& backe
 
 }  // namespace
 
+Value reduce_tile(Prim prim, Value v, std::vector<int64_t> axes, DType out) {
+  // Partial sums kept in float32 are summed in float32 (a 16-bit block sum would round first).
+  if (prim == Prim::reduce_sum && out == DType::float32 && is_float(v.dtype()) && itemsize(v.dtype()) == 2)
+    v = v.astype(DType::float32);
+  std::sort(axes.begin(), axes.end());
+  for (size_t i = axes.size(); i-- > 0;) {
+    const int64_t a = axes[i];
+    switch (prim) {
+      case Prim::reduce_sum: v = v.sum(a); break;
+      case Prim::reduce_max: v = v.max(a); break;
+      case Prim::reduce_min: v = v.min(a); break;
+      case Prim::argmax: v = v.argmax(a); break;
+      case Prim::argmin: v = v.argmin(a); break;
+      default: throw InternalError(std::string("reduce_tile: ") + prim_name(prim) + " is not a reduction");
+    }
+  }
+  return v.astype(out);
+}
+
 int64_t matmul_tile(const std::string& backend) { return backend == "interpret" ? 256 : 64; }
 
 MatmulPlan plan_matmul(const Shape& a, const Shape& b, DType out, const std::string& backend) {
@@ -343,35 +345,20 @@ Value load_window(const Ref& src, const Window& w, const Shape& block, const Sha
   return load(src, idx, mask, jnp::broadcast_to(fill, block));
 }
 
-KernelStep windowed(const Program& p, const Eqn& e, const std::string& backend, const std::vector<Window>& windows,
-                    double fill) {
+KernelStep windowed(const Program& p, const Eqn& e, const std::string& backend, const Window& window, double fill) {
   const Shape out = p.type(e.outs[0]).shape;
   const DType dt = p.type(e.outs[0]).dtype;
   const Tiling t = tile(out, block_budget(backend));
   const Shape block = t.block;
-  const size_t n_in = windows.size();
-  auto kernel = [windows, block, out, fill, dt, n_in](Refs refs) {
+  auto kernel = [window, block, out, fill, dt](Refs refs) {
     std::vector<Value> g;
     for (size_t d = 0; d < block.size(); ++d) g.push_back(program_id(static_cast<int>(d)));
-    const Value f = jnp::full(block, fill, dt);
-    Value v = load_window(refs[0], windows[0], block, out, g, f);
-    for (size_t i = 1; i < n_in; ++i) {
-      // Concatenate: each operand fills the lanes its window covers.
-      Value mine = load_window(refs[i], windows[i], block, out, g, f);
-      std::vector<Value> inside;
-      for (size_t d = 0; d < block.size(); ++d) {
-        Value pos = positions(block, d, g[d] * block[d] + windows[i].offset[d]);
-        inside.push_back(pos >= 0);
-      }
-      v = jnp::where(all_of(inside, block), mine, v);
-    }
-    store(refs[n_in], v);
+    store(refs[1], load_window(refs[0], window, block, out, g, jnp::full(block, fill, dt)));
   };
-  std::vector<BlockSpec> in_specs(n_in);  // whole arrays
   KernelStep s;
   s.ins = e.ins;
   s.outs = e.outs;
-  s.call = make_kernel(prim_name(e.prim), kernel, {{out, dt}}, t.grid, in_specs,
+  s.call = make_kernel(prim_name(e.prim), kernel, {{out, dt}}, t.grid, {BlockSpec()},  // the operand whole
                        {grid_spec(t, std::vector<bool>(out.size(), false))}, backend);
   return s;
 }
@@ -523,7 +510,7 @@ std::vector<KernelStep> lower_structural(const Program& p, const Eqn& e, const s
       Window w;
       for (int64_t l : e.params.lo) w.offset.push_back(-l);
       w.stride.assign(e.params.lo.size(), 1);
-      return {windowed(p, e, backend, {w}, e.params.scalar)};
+      return {windowed(p, e, backend, w, e.params.scalar)};
     }
     case Family::concatenate:
       return {lower_concatenate(p, e, backend)};

@@ -14,11 +14,11 @@
 #include <algorithm>
 #include <list>
 #include <map>
-#include <optional>
 #include <set>
 
 #include "program/executor.h"
 #include "program/families.h"
+#include "program/kernel_util.h"
 #include "program/lower.h"
 
 namespace palladium::program {
@@ -31,11 +31,11 @@ struct Open {
   // only, and a reduction joins only over result axes that one block holds whole.
   bool matmul_head = false;
   std::set<int> head_operands;
-  std::map<int, Shape> embedded;  // every value the group produces
   std::set<int> inputs;           // read from outside so far
   size_t outputs = 0;             // results read outside (or returned), so far
   const Shape& domain() const { return group.domain; }
-  bool produces(int v) const { return embedded.count(v) > 0; }
+  const Shape& embedded(int v) const { return group.embedded.at(v); }
+  bool produces(int v) const { return group.embedded.count(v) > 0; }
 };
 
 // A generated kernel takes at most 24 refs: cap a group's operands and results.
@@ -56,14 +56,6 @@ bool swaps_last_two(const Eqn& e) {
 }
 
 bool fusible_reduction(Prim p) { return p == Prim::reduce_sum || p == Prim::reduce_max || p == Prim::reduce_min; }
-
-// `s` with leading size-1 dimensions up to rank r (NumPy's alignment); nullopt past rank r.
-std::optional<Shape> aligned(const Shape& s, size_t r) {
-  if (s.size() > r) return std::nullopt;
-  Shape out(r - s.size(), 1);
-  out.insert(out.end(), s.begin(), s.end());
-  return out;
-}
 
 bool is_whole(const FusionGroup& g, size_t d) {
   for (int64_t a : g.whole)
@@ -167,11 +159,12 @@ std::vector<FusionGroup> fuse(const Program& p, bool enabled, const std::string&
     g.eqns = {static_cast<size_t>(pi)};
     g.fused = true;
     g.domain = p.type(v).shape;
+    g.embedded[v] = g.domain;
     finish(std::move(g));
   };
   // Whether a value the group produces reads, in the kernel, as its program shape broadcasts.
   auto reads_as_program = [&](const Open& o, int v) {
-    return !o.produces(v) || aligned(p.type(v).shape, o.domain().size()) == o.embedded.at(v);
+    return !o.produces(v) || at_rank(p.type(v).shape, o.domain().size()) == o.embedded(v);
   };
   // Where an elementwise equation of result shape s may go: a group producing one of its operands
   // (its result broadcast only along that group's whole axes), else a group of domain s.
@@ -179,12 +172,12 @@ std::vector<FusionGroup> fuse(const Program& p, bool enabled, const std::string&
     Open* same_shape = nullptr;
     Open* feeding = nullptr;
     for (Open& o : open) {
-      const std::optional<Shape> out = aligned(s, o.domain().size());
-      if (!out) continue;
+      if (s.size() > o.domain().size()) continue;
+      const Shape out = at_rank(s, o.domain().size());
       bool fits = true, feeds = false;
       for (int v : e.ins) fits = fits && !o.head_operands.count(v);
-      for (size_t d = 0; d < out->size() && fits; ++d)
-        fits = (*out)[d] == o.domain()[d] || ((*out)[d] == 1 && (o.domain()[d] == 1 || is_whole(o.group, d)));
+      for (size_t d = 0; d < out.size() && fits; ++d)
+        fits = out[d] == o.domain()[d] || (out[d] == 1 && (o.domain()[d] == 1 || is_whole(o.group, d)));
       for (int v : e.ins) {
         fits = fits && reads_as_program(o, v);
         feeds = feeds || o.produces(v);
@@ -211,7 +204,7 @@ std::vector<FusionGroup> fuse(const Program& p, bool enabled, const std::string&
     for (Open& o : open) {
       if (o.domain() != x || whole_extent(o.group, e.params.axes) > budget || !held_whole(o)) continue;
       if (o.produces(e.ins[0])) {
-        if (o.embedded.at(e.ins[0]) == x) best = &o;
+        if (o.embedded(e.ins[0]) == x) best = &o;
       } else if (!best || !best->produces(e.ins[0])) {
         best = &o;
       }
@@ -219,8 +212,9 @@ std::vector<FusionGroup> fuse(const Program& p, bool enabled, const std::string&
     return best ? best : open_group(x);
   };
   auto reshape_target = [&](const Eqn& e) -> Open* {
+    const Shape& out = p.type(e.outs[0]).shape;
     for (Open& o : open)
-      if (o.produces(e.ins[0]) && aligned(p.type(e.outs[0]).shape, o.domain().size()) == o.embedded.at(e.ins[0]))
+      if (o.produces(e.ins[0]) && out.size() <= o.domain().size() && at_rank(out, o.domain().size()) == o.embedded(e.ins[0]))
         return &o;
     return nullptr;
   };
@@ -248,7 +242,7 @@ std::vector<FusionGroup> fuse(const Program& p, bool enabled, const std::string&
           close_producers_of(t.ins[0], target);
           materialise(t.ins[0]);
           target->group.eqns.push_back(static_cast<size_t>(producer[static_cast<size_t>(v)]));
-          target->embedded[v] = p.type(v).shape;
+          target->group.embedded[v] = p.type(v).shape;
           target->head_operands.insert(t.ins[0]);
           target->inputs.insert(t.ins[0]);
         }
@@ -256,22 +250,23 @@ std::vector<FusionGroup> fuse(const Program& p, bool enabled, const std::string&
     if (target) {
       for (int v : e.ins) close_producers_of(v, target);
       // Start a new group when this equation would take the group past its refs (a reshape
-      // becomes a view step of its own).
+      // becomes a view step of its own; a matmul always heads a new group, within them).
       size_t new_ins = 0, new_outs = 0;
       for (int v : e.ins) new_ins += !is_inlined(v) && !target->produces(v) && !target->inputs.count(v) ? 1 : 0;
       for (int v : e.outs) new_outs += escapes(v) ? 1 : 0;
       if (target->inputs.size() + new_ins > kMaxGroupInputs || target->outputs + new_outs > kMaxGroupOutputs) {
+        PL_ASSERT(e.prim != Prim::matmul, "fusion: a new matmul group past its refs");
         for (auto it = open.begin(); it != open.end(); ++it)
           if (&*it == target) { close(it); break; }
         target = e.prim == Prim::reshape ? nullptr
-                 : open_group(p.type(is_elementwise(e.prim) ? e.outs[0] : e.ins[0]).shape);
+                 : open_group(p.type(fusible_reduction(e.prim) ? e.ins[0] : e.outs[0]).shape);
       }
     }
     if (target) {
       for (int v : e.ins)
         if (e.prim != Prim::matmul && is_inlined(v) && !target->produces(v)) {
           target->group.eqns.push_back(static_cast<size_t>(producer[static_cast<size_t>(v)]));
-          target->embedded[v] = *aligned(p.type(v).shape, target->domain().size());
+          target->group.embedded[v] = at_rank(p.type(v).shape, target->domain().size());
         }
       target->group.eqns.push_back(i);
       for (int v : e.ins)
@@ -284,11 +279,11 @@ std::vector<FusionGroup> fuse(const Program& p, bool enabled, const std::string&
           if (!is_whole(target->group, static_cast<size_t>(a))) target->group.whole.push_back(a);
         }
         std::sort(target->group.whole.begin(), target->group.whole.end());
-        target->embedded[e.outs[0]] = emb;
+        target->group.embedded[e.outs[0]] = emb;
       } else if (e.prim == Prim::reshape) {
-        target->embedded[e.outs[0]] = target->embedded.at(e.ins[0]);
+        target->group.embedded[e.outs[0]] = target->embedded(e.ins[0]);
       } else {
-        target->embedded[e.outs[0]] = *aligned(p.type(e.outs[0]).shape, r);
+        target->group.embedded[e.outs[0]] = at_rank(p.type(e.outs[0]).shape, r);
       }
       for (int v : e.outs) target->outputs += escapes(v) ? 1 : 0;
       continue;
@@ -301,6 +296,7 @@ std::vector<FusionGroup> fuse(const Program& p, bool enabled, const std::string&
     g.eqns = {i};
     g.fused = is_elementwise(e.prim);
     g.domain = p.type(e.outs[0]).shape;
+    g.embedded[e.outs[0]] = g.domain;
     finish(std::move(g));
   }
   while (!open.empty()) close(open.begin());

@@ -88,13 +88,13 @@ TEST_P(ScratchTest, RunScopedAccumulatorAndReturnedValue) {
             ShapeDtype({16, 16}, f32));
         pl::run_scoped([&](pl::Refs r) {
           r[0][pl::all] = sum + Value(bias[pl::all]);
-          r[1][pl::all] = pl::program_id(0) * 0;
+          r[1][pl::all] = pl::program_id(0);  // each program's own row block, read back below
           out_ref[pl::all] = (Value(r[0][pl::all]) + Value(r[1][pl::all]).astype(f32)).astype(bf16);
         }, {ShapeDtype({16, 16}, f32), ShapeDtype({}, i32)});
       },
       ShapeDtype({m, n}, bf16), o, {x, y});
   Array ref = matmul(x.astype(f64), y.astype(f64));
-  for (int64_t i = 0; i < ref.size(); ++i) ref.set(i, ref.get(i) + 0.25);
+  for (int64_t i = 0; i < ref.size(); ++i) ref.set(i, ref.get(i) + 0.25 + static_cast<double>(i / n / b));
   EXPECT_TRUE(matches(out, ref, bf16));
 }
 

@@ -28,6 +28,15 @@ std::string to_memory(DType t, const std::string& reg) {
   }
 }
 
+// One element loaded into (or stored from) register `reg` at `offset` where `ok` holds; a load
+// yields `fallback` elsewhere.
+std::string element_access(bool load, DType t, const std::string& ptr, const std::string& offset, const std::string& ok,
+                           const std::string& reg, const std::string& fallback) {
+  const std::string mem = ptr + "[" + offset + "]";
+  if (load) return reg + " = (" + ok + ") ? " + to_register(t, mem) + " : " + fallback + ";";
+  return "if (" + ok + ") " + mem + " = " + to_memory(t, reg) + ";";
+}
+
 // Where one element of an access lands: per array dimension its global index expression,
 // the bounds condition and the flat offset. `coord(j)` gives the value's coordinate j.
 struct Address {
@@ -104,10 +113,10 @@ void Emitter::emit_memory(const ir::Inst& in) {
   const DType t = p.dtype;
   if (in.op == ir::Op::Load) {
     const std::string fallback = other >= 0 ? at(other) : "(" + reg_type(t) + ")0";
-    line(at(in.results[0]) + " = (" + ok + ") ? " + to_register(t, ptr + "[" + a.offset + "]") + " : " + fallback + ";");
+    line(element_access(true, t, ptr, a.offset, ok, at(in.results[0]), fallback));
   } else if (in.op == ir::Op::Store) {
     if (l.replicated) ok = owner(l) + " && " + ok;
-    line("if (" + ok + ") " + ptr + "[" + a.offset + "] = " + to_memory(t, at(value)) + ";");
+    line(element_access(false, t, ptr, a.offset, ok, at(value), ""));
   } else {
     if (l.replicated) ok = owner(l) + " && " + ok;
     const std::string fn = std::string("pl_") + ir::op_name(in.op);  // pl_atomic_add, ... (device/cuda/pl_atomics.h)
@@ -196,10 +205,8 @@ bool Emitter::emit_vector_memory(const ir::Inst& in, const Layout& l, ir::ValueI
   line("const int s = pl_s0 + j;");
   Address e = address_of(*this, in, [&](size_t j) { return coord(l, j); });
   for (const std::string& s : e.lines) line(s);
-  if (in.op == ir::Op::Load)
-    line(at(in.results[0]) + " = (" + e.in_bounds + ") ? " + to_register(t, ptr + "[" + e.offset + "]") + " : (" + reg_type(t) + ")0;");
-  else
-    line("if (" + e.in_bounds + ") " + ptr + "[" + e.offset + "] = " + to_memory(t, at(value)) + ";");
+  const bool load = in.op == ir::Op::Load;
+  line(element_access(load, t, ptr, e.offset, e.in_bounds, at(load ? in.results[0] : value), "(" + reg_type(t) + ")0"));
   close();
   close();
   close();
