@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include "palladium/array.h"
@@ -339,23 +340,30 @@ Array with_sharding_constraint(const Array& x, const NamedSharding& sharding);
 
 // ---- shard_map ------------------------------------------------------------------------------
 namespace detail {
+// What one shard_map has traced and compiled, per signature of its arguments.
+struct ShardMapCache;
+std::shared_ptr<ShardMapCache> make_shard_map_cache();
+// Runs f's per-device program (traced and compiled on the first call with these argument types;
+// `out_proto` receives the result structure that trace recorded).
 std::vector<Array> shard_map_call(const std::string& name, const FlatFn& f, const Mesh& mesh,
                                   const std::vector<PartitionSpec>& in_specs, const std::vector<Array>& args,
-                                  const std::vector<PartitionSpec>& out_specs);
+                                  const std::vector<PartitionSpec>& out_specs, ShardMapCache& cache,
+                                  const std::string& key, std::shared_ptr<void>& out_proto);
 }  // namespace detail
 
 // shard_map(f, mesh, in_specs, out_specs): f runs once per device of the mesh on its pieces (local
 // shapes) and communicates only through the collectives below; the results' pieces form global
 // Arrays by out_specs (a dimension the spec does not split must be equal on the devices it spans).
-// One spec per argument and per result (Arrays only).
+// One spec per argument and per result (Arrays only). f is traced and compiled once per signature
+// of the arguments (shapes, dtypes, structure).
 template <class F> auto shard_map(F f, Mesh mesh, std::vector<PartitionSpec> in_specs,
                                   std::vector<PartitionSpec> out_specs) {
-  return [f, mesh, in_specs, out_specs](const auto&... args) {
+  return [f, mesh, in_specs, out_specs, cache = detail::make_shard_map_cache()](const auto&... args) {
     auto proto = std::make_tuple(args...);
     std::shared_ptr<void> out_proto;
     auto flat_f = detail::flat_fn(f, proto, out_proto);
-    std::vector<Array> outs =
-        detail::shard_map_call("shard_map", flat_f, mesh, in_specs, detail::tree_flatten(proto), out_specs);
+    std::vector<Array> outs = detail::shard_map_call("shard_map", flat_f, mesh, in_specs, detail::tree_flatten(proto),
+                                                     out_specs, *cache, typeid(proto).name(), out_proto);
     using R = std::decay_t<std::invoke_result_t<const F&, const decltype(args)&...>>;
     return detail::tree_rebuild(outs, *std::static_pointer_cast<R>(out_proto));
   };

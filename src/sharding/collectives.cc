@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "palladium/device.h"
+#include "palladium/numpy.h"
 
 #include "sharding/communicator.h"
 #include "sharding/sharding.h"
@@ -59,16 +60,9 @@ Array reduce_pieces(const std::vector<Array>& pieces, const std::string& op) {
   return out;
 }
 
-}  // namespace
-
-std::vector<Array> run_collective(const Eqn& e, const std::vector<Array>& ins) {
-  const SpmdContext* ctx = spmd_context();
-  if (ctx == nullptr)
-    throw Error(std::string(program::prim_name(e.prim)) +
-                ": a collective runs only on the devices of a sharded_jit or shard_map call");
-  const auto* mesh = static_cast<const Mesh*>(e.params.callee.get());
-  int64_t me = 0;
-  const std::vector<int64_t> group = group_of(*mesh, axes_of(e), ctx->position, &me);
+// The collective done over the communicator's exchange, on host copies of the pieces.
+std::vector<Array> over_exchange(const Eqn& e, const std::vector<Array>& ins, const SpmdContext* ctx,
+                                 const std::vector<int64_t>& group, int64_t me) {
   const int64_t size = static_cast<int64_t>(group.size());
   const std::string what = program::prim_name(e.prim);
   const size_t axis = static_cast<size_t>(e.params.axis);
@@ -78,8 +72,16 @@ std::vector<Array> run_collective(const Eqn& e, const std::vector<Array>& ins) {
       out.data_as<int32_t>()[0] = static_cast<int32_t>(me);
       return {out};
     }
-    case Prim::shard_slice:
+    case Prim::shard_slice: {
+      if (!ins[0].is_sharded() && ins[0].device().kind == Device::cuda) {  // sliced where it lies
+        std::vector<int64_t> start(ins[0].shape().size(), 0), limit = ins[0].shape();
+        const int64_t block = limit[axis] / size;
+        start[axis] = me * block;
+        limit[axis] = start[axis] + block;
+        return {lax::slice(ins[0], start, limit)};
+      }
       return {take_block(to_host(ins[0]), axis, me, size)};
+    }
     case Prim::all_gather: {
       std::vector<Array> all = ctx->comm->exchange(ctx->position, group, ins[0], what);
       if (!e.params.flag) {
@@ -120,6 +122,27 @@ std::vector<Array> run_collective(const Eqn& e, const std::vector<Array>& ins) {
     default:
       throw InternalError(what + " is not a collective");
   }
+}
+
+}  // namespace
+
+std::vector<Array> run_collective(const Eqn& e, const std::vector<Array>& ins) {
+  const SpmdContext* ctx = spmd_context();
+  if (ctx == nullptr)
+    throw Error(std::string(program::prim_name(e.prim)) +
+                ": a collective runs only on the devices of a sharded_jit or shard_map call");
+  const auto* mesh = static_cast<const Mesh*>(e.params.callee.get());
+  int64_t me = 0;
+  const std::vector<int64_t> group = group_of(*mesh, axes_of(e), ctx->position, &me);
+  if (std::optional<std::vector<Array>> done = ctx->comm->native(e, ctx->position, group, me, ins))
+    return std::move(*done);
+  std::vector<Array> outs = over_exchange(e, ins, ctx, group, me);
+  // Results stay on the device whose program this is (the exchange went through the host).
+  const Device dev = mesh->devices()[static_cast<size_t>(ctx->position)];
+  if (dev.kind == Device::cuda)
+    for (Array& o : outs)
+      if (!o.is_sharded() && o.device() != dev) o = to_device(o, dev);
+  return outs;
 }
 
 }  // namespace palladium::sharding

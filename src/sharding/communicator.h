@@ -1,7 +1,7 @@
 // Communicators: how the devices of one SPMD run exchange data. The collectives of a per-device
 // program (collectives.cc) are written over `exchange`; an engine may implement them natively.
-// Engines: in-process between virtual CPU devices (here); NCCL between GPUs and MPI between
-// processes come in beside it, as the issue plans, behind the same interface.
+// Engines: in-process between virtual CPU devices (here), MPI between processes (distributed.cc),
+// NCCL between GPUs (nccl_communicator.cc, over either of the others for its set-up).
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -9,11 +9,16 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "palladium/array.h"
 #include "palladium/sharding.h"
+
+namespace palladium::program {
+struct Eqn;
+}
 
 namespace palladium::sharding {
 
@@ -26,7 +31,22 @@ class Communicator {
                                       const std::string& what) = 0;
   // Makes every pending and later exchange fail with `why` (a device failed: the others must not hang).
   virtual void abort(const std::string& why) = 0;
+  // The engine, for messages and tests: "in-process", "mpi", "nccl (over in-process)".
+  virtual std::string name() const = 0;
+  // The engine's own implementation of collective `e` for the device at `position` (`me` in
+  // `group`), or nullopt where it has none: the collective is then done over exchange.
+  virtual std::optional<std::vector<Array>> native(const program::Eqn& e, int64_t position,
+                                                   const std::vector<int64_t>& group, int64_t me,
+                                                   const std::vector<Array>& ins) {
+    (void)e, (void)position, (void)group, (void)me, (void)ins;
+    return std::nullopt;
+  }
 };
+
+// The NCCL engine over `host` (which it uses to meet and to share NCCL's ids), where every device
+// of `mesh` is a CUDA GPU and NCCL loads; else `host` itself. PALLADIUM_NCCL=0 keeps `host`
+// (collectives then travel through host memory).
+std::unique_ptr<Communicator> with_nccl(const Mesh& mesh, std::unique_ptr<Communicator> host);
 
 // How long a device waits in a collective: PALLADIUM_COLLECTIVE_TIMEOUT_S (default 300 s).
 std::chrono::milliseconds collective_timeout();
@@ -39,6 +59,7 @@ class InProcessCommunicator final : public Communicator {
   std::vector<Array> exchange(int64_t position, const std::vector<int64_t>& group, const Array& mine,
                               const std::string& what) override;
   void abort(const std::string& why) override;
+  std::string name() const override { return "in-process"; }
 
  private:
   struct Rendezvous {

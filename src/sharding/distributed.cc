@@ -110,6 +110,7 @@ class MpiCommunicator final : public Communicator {
     return all;
   }
 
+  std::string name() const override { return "mpi"; }
   void abort(const std::string& why) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (aborted_.empty()) aborted_ = why;
@@ -164,9 +165,9 @@ bool is_local(Device d) { return owner_process(d) == processes().rank; }
 
 std::unique_ptr<Communicator> make_communicator(const Mesh& mesh) {
 #ifdef PALLADIUM_HAVE_MPI
-  if (multi_process()) return std::make_unique<MpiCommunicator>(mesh);
+  if (multi_process()) return with_nccl(mesh, std::make_unique<MpiCommunicator>(mesh));
 #endif
-  return std::make_unique<InProcessCommunicator>(mesh.size());
+  return with_nccl(mesh, std::make_unique<InProcessCommunicator>(mesh.size()));
 }
 
 void broadcast_from(Array& buf, int root) {

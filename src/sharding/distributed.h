@@ -19,7 +19,8 @@ bool multi_process();
 int owner_process(Device d);
 bool is_local(Device d);
 
-// The communicator for one SPMD run over `mesh`: MPI between processes, else in-process.
+// The communicator for one SPMD run over `mesh`: MPI between processes, else in-process; NCCL over
+// either where the mesh is all GPUs.
 std::unique_ptr<Communicator> make_communicator(const Mesh& mesh);
 
 // Every process calls this with the same `root`; afterwards `buf` holds root's bytes everywhere

@@ -184,7 +184,11 @@ std::vector<Array> split(const Array& x, const Sharding& s) {
     PL_CHECK(host.shape()[d] % s.pieces(d) == 0, "device_put: dimension ", d, " of shape ", shape_str(host.shape()),
              " is not divisible into ", s.pieces(d), " pieces (sharding ", s.str(), ")");
   std::vector<Array> pieces;
-  for (int64_t p = 0; p < s.mesh->size(); ++p) pieces.push_back(piece_of(host, s, p));
+  for (int64_t p = 0; p < s.mesh->size(); ++p) {
+    const Device d = s.mesh->devices()[static_cast<size_t>(p)];
+    Array piece = piece_of(host, s, p);
+    pieces.push_back(d.kind == Device::cuda && is_local(d) ? to_device(piece, d) : piece);  // each on its GPU
+  }
   return pieces;
 }
 

@@ -1,6 +1,8 @@
 // shard_map: f traced once on the local shapes of its pieces, with the named mesh axes bound so
 // that psum, all_gather, psum_scatter, ppermute and axis_index bind collectives over them; the
 // program runs on every device of the mesh and the results' pieces form global Arrays by out_specs.
+#include <map>
+#include <mutex>
 #include <set>
 
 #include "palladium/numpy.h"
@@ -67,17 +69,32 @@ int64_t normalized_axis(const char* what, int64_t axis, int64_t rank) {
 
 namespace detail {
 
-std::vector<Array> shard_map_call(const std::string& name, const FlatFn& f, const Mesh& mesh_value,
-                                  const std::vector<PartitionSpec>& in_specs, const std::vector<Array>& args,
-                                  const std::vector<PartitionSpec>& out_specs) {
+struct ShardMapCache {
+  struct Entry {
+    std::shared_ptr<const Mesh> mesh;
+    std::vector<sharding::Sharding> in_sh;
+    program::Program local;
+    sharding::SpmdExecutable exe;
+    std::shared_ptr<void> out_proto;
+  };
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<const Entry>> entries;
+};
+
+std::shared_ptr<ShardMapCache> make_shard_map_cache() { return std::make_shared<ShardMapCache>(); }
+
+namespace {
+
+// f traced on the local shapes of the arguments' pieces, optimised and compiled for every device.
+std::shared_ptr<const ShardMapCache::Entry> trace_shard_map(const std::string& name, const FlatFn& f,
+                                                             const Mesh& mesh_value,
+                                                             const std::vector<PartitionSpec>& in_specs,
+                                                             const std::vector<Array>& args,
+                                                             const std::vector<PartitionSpec>& out_specs,
+                                                             std::shared_ptr<void>& out_proto) {
   using sharding::Sharding;
-  PL_CHECK(in_specs.size() == args.size(), name, ": ", in_specs.size(), " in_specs for ", args.size(),
-           " arguments (one PartitionSpec per Array)");
-  for (const Array& a : args)
-    PL_CHECK(!a.is_tracer(), name, ": called inside another transformation (jit, grad, vmap); call it at the top "
-                             "level (transformations go inside the function it maps)");
-  auto mesh = std::make_shared<const Mesh>(mesh_value);
-  std::vector<Sharding> in_sh;
+  auto entry = std::make_shared<ShardMapCache::Entry>();
+  entry->mesh = std::make_shared<const Mesh>(mesh_value);
   std::vector<program::Type> local_types;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string what = name + " argument " + std::to_string(i);
@@ -87,18 +104,51 @@ std::vector<Array> shard_map_call(const std::string& name, const FlatFn& f, cons
     for (size_t d = 0; d < args[i].shape().size(); ++d)
       PL_CHECK(args[i].shape()[d] % s.pieces(d) == 0, what, ": dimension ", d, " of shape ",
                shape_str(args[i].shape()), " does not split into ", s.pieces(d), " pieces (", in_specs[i].str(), ")");
-    in_sh.push_back(s);
+    entry->in_sh.push_back(s);
     local_types.push_back({s.local_shape(args[i].shape()), args[i].dtype()});
   }
   program::Traced traced = [&] {
-    sharding::MeshScope scope(&mesh);
+    sharding::MeshScope scope(&entry->mesh);
     return program::trace_flat(name, f, local_types, Device{});
   }();
   PL_ASSERT(traced.captured.empty(), "a top-level shard_map trace captured outer values");
-  const program::Program local = program::optimize(traced.program);
-  PL_CHECK(out_specs.size() == local.outputs.size(), name, ": ", out_specs.size(), " out_specs for ",
-           local.outputs.size(), " results");
-  auto exe = sharding::compile_spmd(local, mesh_value);
+  entry->local = program::optimize(traced.program);
+  PL_CHECK(out_specs.size() == entry->local.outputs.size(), name, ": ", out_specs.size(), " out_specs for ",
+           entry->local.outputs.size(), " results");
+  entry->exe = sharding::compile_spmd(entry->local, mesh_value);
+  entry->out_proto = out_proto;
+  return entry;
+}
+
+}  // namespace
+
+std::vector<Array> shard_map_call(const std::string& name, const FlatFn& f, const Mesh& mesh_value,
+                                  const std::vector<PartitionSpec>& in_specs, const std::vector<Array>& args,
+                                  const std::vector<PartitionSpec>& out_specs, ShardMapCache& cache,
+                                  const std::string& key, std::shared_ptr<void>& out_proto) {
+  using sharding::Sharding;
+  PL_CHECK(in_specs.size() == args.size(), name, ": ", in_specs.size(), " in_specs for ", args.size(),
+           " arguments (one PartitionSpec per Array)");
+  for (const Array& a : args)
+    PL_CHECK(!a.is_tracer(), name, ": called inside another transformation (jit, grad, vmap); call it at the top "
+                             "level (transformations go inside the function it maps)");
+  std::string signature = key;
+  for (const Array& a : args) signature += "|" + shape_str(a.shape()) + dtype_name(a.dtype());
+  std::shared_ptr<const ShardMapCache::Entry> entry;
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    if (auto it = cache.entries.find(signature); it != cache.entries.end()) entry = it->second;
+  }
+  if (!entry) {
+    entry = trace_shard_map(name, f, mesh_value, in_specs, args, out_specs, out_proto);
+    std::lock_guard<std::mutex> lock(cache.mu);
+    cache.entries[signature] = entry;
+  }
+  out_proto = entry->out_proto;
+  const std::shared_ptr<const Mesh>& mesh = entry->mesh;
+  const program::Program& local = entry->local;
+  const std::vector<Sharding>& in_sh = entry->in_sh;
+  const sharding::SpmdExecutable& exe = entry->exe;
   const int64_t n = mesh->size();
   std::vector<std::vector<Array>> per_device(static_cast<size_t>(n));
   for (size_t i = 0; i < args.size(); ++i) {
