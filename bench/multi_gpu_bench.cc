@@ -123,9 +123,19 @@ void bench_collectives() {
   DirectNccl direct;
   auto psum = pl::shard_map([](const Array& b) { return pl::psum(b, "d"); }, mesh, {P("d")}, {P("d")});
   auto gather = pl::shard_map([](const Array& b) { return pl::all_gather(b, "d", 0, true); }, mesh, {P("d")}, {P()});
+  // Random float32 values: one 64 MiB block drawn, repeated to the larger sizes with a different
+  // offset per block (so that every GPU's piece differs).
+  const int64_t block = 64 * (1 << 20) / 4;
+  const Array drawn = pl::random::normal(pl::random::key(60), {block});
   for (int64_t mib : {64, 256, 1024}) {
     const int64_t per_device = mib * (1 << 20) / 4;  // float32 elements on each GPU
-    const Array host = pl::random::normal(pl::random::key(static_cast<uint64_t>(mib)), {n * per_device});
+    Array host({n * per_device}, pl::f32);
+    for (int64_t at = 0; at < n * per_device; at += block) {
+      float* to = host.data_as<float>() + at;
+      const float* from = drawn.data_as<float>();
+      const float offset = static_cast<float>(at / block);
+      for (int64_t j = 0; j < block; ++j) to[j] = from[j] + offset;
+    }
     const Array x = pl::device_put(host, pl::NamedSharding(mesh, P("d")));
     const std::string shape = std::to_string(mib) + " MiB f32 per GPU";
     const double bytes = static_cast<double>(per_device) * 4.0;

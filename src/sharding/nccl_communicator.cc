@@ -198,16 +198,15 @@ class NcclCommunicator final : public Communicator {
           if (e.params.hi[i] == me) from = e.params.lo[i];
         }
         Array out = run(position, group, me, dev, x, x.shape(), what, [&](NcclComm c, CudaStream s, Array& o) {
-          if (from < 0) {  // nobody sends here: zeros, as the other engines give
-            const cuda::DriverApi& d = cuda::require_driver();
-            return d.cuMemsetD8Async(cuda::device_ptr(o), 0, o.nbytes(), static_cast<cuda::CUstream>(s)) == 0
-                       ? ncclResult{0}
-                       : ncclResult{1};
-          }
+          if (from < 0)  // nobody sends here: zeros, as the other engines give (this device may still send)
+            cuda::check_driver(cuda::require_driver().cuMemsetD8Async(cuda::device_ptr(o), 0, o.nbytes(),
+                                                                      static_cast<cuda::CUstream>(s)),
+                               what + ": zeroing the result");
           ncclResult rc = api_.ncclGroupStart();
           for (int64_t t : to)
             if (rc == 0) rc = api_.ncclSend(x.data(), x.nbytes(), NcclType::uint8, static_cast<int>(t), c, s);
-          if (rc == 0) rc = api_.ncclRecv(o.data(), o.nbytes(), NcclType::uint8, static_cast<int>(from), c, s);
+          if (rc == 0 && from >= 0)
+            rc = api_.ncclRecv(o.data(), o.nbytes(), NcclType::uint8, static_cast<int>(from), c, s);
           const ncclResult end = api_.ncclGroupEnd();
           return rc != 0 ? rc : end;
         });
