@@ -228,6 +228,11 @@ class NcclCommunicator final : public Communicator {
     cuda::record_use(cuda::device_ptr(in), stream);
     Array out = cuda::device_array(shape, in.dtype(), dev.index, stream);
     check_nccl(op(comm, static_cast<CudaStream>(stream.handle), out), what + " on " + device_name(dev));
+    // No device goes on until every member has queued its part: the host calls that follow (an
+    // allocation, a module load, a copy from the host) may wait for this GPU's queued work, which
+    // includes NCCL's kernel waiting for the others, while a member still to queue its part could
+    // be waiting for a lock such a call holds.
+    host_->exchange(position, group, Array(Shape{}, DType::uint8), what + " (waiting for every device to queue it)");
     return out;
   }
 
