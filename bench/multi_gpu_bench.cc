@@ -11,11 +11,14 @@
 //     gradients all-reduced) against one GPU.
 // Times are host wall clock over a loop of calls, all GPUs synchronised before and after (the peer
 // is timed the same way); the median of five such loops. Usage: multi_gpu_bench [section...] with
-// sections collectives, matmul, attention, step (default: all).
+// sections collectives, matmul, attention, step (default: all). At stop 22 (two H100s, before the
+// engine had its own streams) the step section hung on two GPUs with the NCCL engine;
+// `PALLADIUM_NCCL=0 multi_gpu_bench step` runs it with host-staged collectives.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -333,7 +336,11 @@ int main(int argc, char** argv) {
     std::printf("no GPU here: %s\n", pl::cuda_unavailable_reason().c_str());
     return 0;
   }
-  std::printf("%d GPUs: %s\n", gpus(), pl::device_description(pl::cuda_device(0)).c_str());
+  // The NCCL engine is what is measured (it is opt-in in the library for now); PALLADIUM_NCCL=0
+  // measures collectives staged through the host instead.
+  ::setenv("PALLADIUM_NCCL", "1", 0);
+  std::printf("%d GPUs: %s; collectives through %s\n", gpus(), pl::device_description(pl::cuda_device(0)).c_str(),
+              std::string(std::getenv("PALLADIUM_NCCL")) == "1" ? "NCCL" : "host memory");
   std::vector<std::string> want(argv + 1, argv + argc);
   auto on = [&](const char* s) { return want.empty() || std::find(want.begin(), want.end(), s) != want.end(); };
   if (on("collectives")) bench_collectives();

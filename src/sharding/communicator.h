@@ -44,8 +44,8 @@ class Communicator {
 };
 
 // The NCCL engine over `host` (which it uses to meet and to share NCCL's ids), where every device
-// of `mesh` is a CUDA GPU and NCCL loads; else `host` itself. PALLADIUM_NCCL=0 keeps `host`
-// (collectives then travel through host memory).
+// of `mesh` is a CUDA GPU, PALLADIUM_NCCL=1 asks for it and NCCL loads; else `host` itself
+// (collectives between GPUs then travel through host memory).
 std::unique_ptr<Communicator> with_nccl(const Mesh& mesh, std::unique_ptr<Communicator> host);
 
 // How long a device waits in a collective: PALLADIUM_COLLECTIVE_TIMEOUT_S (default 300 s).

@@ -16,6 +16,7 @@
 #include "backends/cuda/stream.h"
 #include "palladium/device.h"
 #include "palladium/numpy.h"
+#include "palladium/stream.h"
 #include "program/program.h"
 #include "sharding/communicator.h"
 #include "sharding/nccl_api.h"
@@ -36,6 +37,19 @@ struct CommCache {
 CommCache& comm_cache() {
   static CommCache* c = new CommCache;  // never destroyed: NCCL may still hold them at exit
   return *c;
+}
+
+// The stream NCCL's operations run on, one per GPU, made once: a non-blocking stream of its own
+// (never the legacy default stream, whose implicit synchronisation with other streams can stall
+// NCCL's kernels), ordered after the program's stream before each operation and before the
+// program's later work after it.
+cuda::StreamRef collective_stream(int ordinal) {
+  static std::mutex mu;
+  static auto* streams = new std::map<int, Stream>;  // never destroyed: NCCL may use them at exit
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = streams->find(ordinal);
+  if (it == streams->end()) it = streams->emplace(ordinal, new_stream(Device{Device::cuda, ordinal})).first;
+  return cuda::stream_ref(it->second);
 }
 
 // NCCL's element type for a reduction of `t`; nullopt where NCCL has none (int16, bool).
@@ -224,10 +238,14 @@ class NcclCommunicator final : public Communicator {
   Array run(int64_t position, const std::vector<int64_t>& group, int64_t me, Device dev, const Array& in,
             const Shape& shape, const std::string& what, Op op) {
     const NcclComm comm = comm_for(position, group, me, dev, what);
-    const cuda::StreamRef stream = cuda::stream_ref(cuda::current_stream_for(what, dev.index));
+    const cuda::StreamRef compute = cuda::stream_ref(cuda::current_stream_for(what, dev.index));
+    const cuda::StreamRef stream = collective_stream(dev.index);
+    cuda::order_after(stream, compute, what);  // the operand is ready
     cuda::record_use(cuda::device_ptr(in), stream);
     Array out = cuda::device_array(shape, in.dtype(), dev.index, stream);
     check_nccl(op(comm, static_cast<CudaStream>(stream.handle), out), what + " on " + device_name(dev));
+    cuda::order_after(compute, stream, what);  // the program's later work sees the result
+    cuda::record_use(cuda::device_ptr(out), compute);
     // No device goes on until every member has queued its part: the host calls that follow (an
     // allocation, a module load, a copy from the host) may wait for this GPU's queued work, which
     // includes NCCL's kernel waiting for the others, while a member still to queue its part could
@@ -286,7 +304,9 @@ class NcclCommunicator final : public Communicator {
 std::unique_ptr<Communicator> with_nccl(const Mesh& mesh, std::unique_ptr<Communicator> host) {
   for (const Device& d : mesh.devices())
     if (d.kind != Device::cuda) return host;
-  if (const char* env = std::getenv("PALLADIUM_NCCL"); env && std::string(env) == "0") return host;
+  // Opt-in until the hang seen on two H100s (docs/sharding.md, "GPUs") is understood.
+  const char* env = std::getenv("PALLADIUM_NCCL");
+  if (!env || std::string(env) != "1") return host;
   const NcclApi* api = nccl();
   if (!api) return host;
   return std::make_unique<NcclCommunicator>(mesh, std::move(host), *api);
