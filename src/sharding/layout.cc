@@ -136,10 +136,14 @@ Array piece_of(const Array& host, const Sharding& s, int64_t position) {
 
 Array assemble(const Shape& global, DType dtype, const Sharding& s, const std::vector<Array>& pieces) {
   Array out(global, dtype);
+  // Pieces of other processes' devices travel; an array over this process's devices alone (a
+  // sharded_jit result cut by local_out_parts) is assembled here without the other processes.
+  bool all_here = true;
+  for (const Device& d : s.mesh->devices()) all_here = all_here && is_local(d);
   for (int64_t p = 0; p < static_cast<int64_t>(pieces.size()); ++p) {
     const Array& given = pieces[static_cast<size_t>(p)];
     Array piece;
-    if (multi_process()) {
+    if (multi_process() && !all_here) {
       // Pieces of other processes' devices arrive from their owners (every process takes part).
       piece = given.defined() ? to_host(given).copy() : Array(s.local_shape(global), dtype);
       broadcast_from(piece, owner_process(s.mesh->devices()[static_cast<size_t>(p)]));

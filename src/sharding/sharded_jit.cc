@@ -9,6 +9,7 @@
 
 #include "program/families.h"
 #include "program/trace.h"
+#include "sharding/distributed.h"
 #include "sharding/sharding.h"
 #include "transforms/transforms.h"
 
@@ -25,6 +26,11 @@ struct ShardedJitState {
     sharding::Partitioned parts;
     std::shared_ptr<const Mesh> mesh;
     sharding::SpmdExecutable exe;
+    // local_in_parts / local_out_parts: how this process's chunk of an argument (of a result) is
+    // cut over its devices, which are the mesh positions in `here`.
+    std::vector<int64_t> here;
+    std::vector<std::optional<sharding::Sharding>> local_in, local_out;
+    std::vector<program::Type> local_out_types;
   };
   std::map<std::string, std::shared_ptr<Entry>> entries;
 };
@@ -94,7 +100,8 @@ int64_t reconcile_partitions(const std::vector<Located>& specs, const ShardedJit
 // The mesh of a call: its axes are the common refinement of the specs' running partition counts,
 // so every spec's dimensions are runs of consecutive axes (PartitionSpec(2, 2) and (4, 1) on four
 // devices: axes p0=2, p1=2; the first splits as (p0)(p1), the second as (p0 p1)()).
-std::shared_ptr<const Mesh> call_mesh(const std::vector<Located>& specs, int64_t nparts) {
+std::shared_ptr<const Mesh> counts_mesh(const std::vector<Located>& specs, std::vector<Device> devs) {
+  const int64_t nparts = static_cast<int64_t>(devs.size());
   std::set<int64_t> bounds{nparts};
   for (const Located& l : specs) {
     int64_t prod = 1;
@@ -116,10 +123,14 @@ std::shared_ptr<const Mesh> call_mesh(const std::vector<Located>& specs, int64_t
     names.push_back("p" + std::to_string(names.size()));
     prev = b;
   }
-  if (sizes.empty()) sizes = {1}, names = {"p0"};
+  if (sizes.empty()) sizes = {nparts}, names = {"p0"};
+  return std::make_shared<const Mesh>(std::move(devs), std::move(sizes), std::move(names));
+}
+
+std::shared_ptr<const Mesh> call_mesh(const std::vector<Located>& specs, int64_t nparts) {
   std::vector<Device> all = devices();
   all.resize(static_cast<size_t>(nparts));
-  return std::make_shared<const Mesh>(std::move(all), std::move(sizes), std::move(names));
+  return counts_mesh(specs, std::move(all));
 }
 
 Sharding counts_sharding(const std::optional<PartitionSpec>& spec, const program::Type& t, const std::shared_ptr<const Mesh>& mesh,
@@ -155,6 +166,51 @@ void check_spec(const std::optional<PartitionSpec>& spec, const program::Type& t
                 " dimensions but the array " + program::type_str(t) + " has rank " + std::to_string(t.shape.size()));
 }
 
+// Partition counts of a spec (ones where it is replicated), for local_in_parts / local_out_parts.
+std::vector<int64_t> counts_of(const Spec& sp, const program::Type& t, const std::string& what, const std::string& where) {
+  if (sp.named)
+    throw Error("sharded_jit: " + what + " of " + where + " is a NamedSharding; local_in_parts and local_out_parts "
+                "go with partition counts");
+  check_spec(sp.counts, t, where);
+  if (!sp.counts || sp.counts->replicated()) return std::vector<int64_t>(t.shape.size(), 1);
+  return sp.counts->counts();
+}
+
+std::string counts_str(const Spec& sp) { return sp.counts ? sp.counts->str() : "None"; }
+
+// The type of a process's chunk scaled to the whole (to_global) or back: each dimension by the
+// global spec's count over the local one's, which must divide it.
+program::Type rescaled(const program::Type& t, const Spec& global, const Spec& local, bool to_global,
+                       const std::string& where) {
+  const std::vector<int64_t> g = counts_of(global, t, to_global ? "in_parts" : "out_parts", where);
+  const std::vector<int64_t> l = counts_of(local, t, to_global ? "local_in_parts" : "local_out_parts", where);
+  program::Type out = t;
+  for (size_t d = 0; d < t.shape.size(); ++d) {
+    if (g[d] % l[d] != 0)
+      throw Error("sharded_jit: " + std::string(to_global ? "local_in_parts " : "local_out_parts ") + counts_str(local) +
+                  " of " + where + " cuts dimension " + std::to_string(d) + " into " + std::to_string(l[d]) +
+                  " pieces, which does not divide the " + std::to_string(g[d]) + " pieces of " + counts_str(global));
+    out.shape[d] = to_global ? t.shape[d] * (g[d] / l[d]) : t.shape[d] / (g[d] / l[d]);
+  }
+  return out;
+}
+
+// Checks that the pieces this process's devices hold under `global` form one block that `local`
+// cuts the same way (device j of the process holding local piece j).
+void check_local_cut(const Sharding& global, const Sharding& local, const std::vector<int64_t>& here,
+                     const std::string& what, const Spec& lspec, const Spec& gspec) {
+  for (size_t d = 0; d < global.dims.size(); ++d) {
+    const int64_t base = global.piece_index(d, here.at(0)) - local.piece_index(d, 0);
+    for (size_t j = 0; j < here.size(); ++j)
+      if (global.piece_index(d, here[j]) - local.piece_index(d, static_cast<int64_t>(j)) != base || base < 0)
+        throw Error("sharded_jit: " + what + " " + counts_str(lspec) + " does not describe this process's share of " +
+                    counts_str(gspec) + ": its device " + device_name(global.mesh->devices()[static_cast<size_t>(here[j])]) +
+                    " holds piece " + std::to_string(global.piece_index(d, here[j])) + " of dimension " +
+                    std::to_string(d) + ", not piece " + std::to_string(local.piece_index(d, static_cast<int64_t>(j))) +
+                    " of this process's part");
+  }
+}
+
 std::shared_ptr<detail::ShardedJitState::Entry> entry(detail::ShardedJitState& s, const std::string& key,
                                                       const std::vector<Array>& flat, const detail::TreeShape& args,
                                                       const detail::FlatFn& trace, const detail::TreeShape& out_shape) {
@@ -166,9 +222,14 @@ std::shared_ptr<detail::ShardedJitState::Entry> entry(detail::ShardedJitState& s
   for (const Array& a : flat)
     PL_CHECK(!a.is_tracer(), "sharded_jit: called inside another transformation (jit, grad, vmap); call it at the top "
                              "level, with grad or jit inside it");
-  std::vector<Spec> in_specs;
+  std::vector<Spec> in_specs, local_in_specs;
   flatten_parts(s.in_parts, args, "in_parts", in_specs);
-  const std::vector<program::Type> in_types = program::types_of(flat);
+  std::vector<program::Type> in_types = program::types_of(flat);
+  if (s.options.local_in_parts) {  // the arguments are this process's chunks of the global arrays
+    flatten_parts(*s.options.local_in_parts, args, "local_in_parts", local_in_specs);
+    for (size_t i = 0; i < in_types.size(); ++i)
+      in_types[i] = rescaled(in_types[i], in_specs[i], local_in_specs[i], true, "argument " + std::to_string(i));
+  }
   std::vector<Located> all;                         // partition counts, with where they came from
   std::vector<std::pair<NamedSharding, std::string>> named;  // NamedShardings (jit with shardings)
   auto note = [&](const Spec& sp, const program::Type& t, const std::string& where) {
@@ -265,6 +326,40 @@ std::shared_ptr<detail::ShardedJitState::Entry> entry(detail::ShardedJitState& s
   e->parts.local = program::compact(program::optimize(e->parts.local));
   program::verify(e->parts.local);
   e->exe = compile_spmd(e->parts.local, *mesh);
+  if (s.options.local_in_parts || s.options.local_out_parts) {
+    std::vector<Device> mine;
+    for (int64_t p = 0; p < mesh->size(); ++p)
+      if (is_local(mesh->devices()[static_cast<size_t>(p)])) {
+        e->here.push_back(p);
+        mine.push_back(mesh->devices()[static_cast<size_t>(p)]);
+      }
+    PL_CHECK(static_cast<int64_t>(mine.size()) == *local_nparts, "sharded_jit: local_num_partitions is ",
+             *local_nparts, " but this process holds ", mine.size(), " of the call's ", nparts, " devices");
+    std::vector<Spec> local_out_specs;
+    if (s.options.local_out_parts) flatten_parts(*s.options.local_out_parts, out_shape, "local_out_parts", local_out_specs);
+    std::vector<Located> local_counts;
+    for (const std::vector<Spec>* list : {&local_in_specs, &local_out_specs})
+      for (size_t i = 0; i < list->size(); ++i)
+        if ((*list)[i].counts) local_counts.push_back({*(*list)[i].counts, "local part " + std::to_string(i)});
+    const std::shared_ptr<const Mesh> here_mesh = counts_mesh(local_counts, mine);
+    e->local_in.resize(flat.size());
+    for (size_t i = 0; i < local_in_specs.size(); ++i) {
+      const std::string where = "argument " + std::to_string(i);
+      e->local_in[i] = counts_sharding(local_in_specs[i].counts, program::types_of(flat)[i], here_mesh, where);
+      check_local_cut(e->parts.in[i], *e->local_in[i], e->here, "local_in_parts of " + where, local_in_specs[i],
+                      in_specs[i]);
+    }
+    e->local_out.resize(out_specs.size());
+    for (size_t o = 0; o < local_out_specs.size(); ++o) {
+      const std::string where = "output " + std::to_string(o);
+      const program::Type lt = rescaled(g.type(g.outputs[o]), out_specs[o], local_out_specs[o], false, where);
+      e->local_out_types.resize(out_specs.size());
+      e->local_out_types[o] = lt;
+      e->local_out[o] = counts_sharding(local_out_specs[o].counts, lt, here_mesh, where);
+      check_local_cut(e->parts.out[o], *e->local_out[o], e->here, "local_out_parts of " + where, local_out_specs[o],
+                      out_specs[o]);
+    }
+  }
   s.entries[k.str()] = e;
   return e;
 }
@@ -298,12 +393,26 @@ std::vector<Array> sharded_jit_call(ShardedJitState& s, const std::string& key, 
   const int64_t n = e->mesh->size();
   std::vector<std::vector<Array>> per_device(static_cast<size_t>(n));
   for (size_t i = 0; i < flat.size(); ++i) {
-    std::vector<Array> pieces = sharding::split(flat[i], e->parts.in[i]);
+    std::vector<Array> pieces;
+    if (i < e->local_in.size() && e->local_in[i]) {  // this process's chunk, cut over its devices
+      pieces.assign(static_cast<size_t>(n), Array());
+      const std::vector<Array> mine = sharding::split(flat[i], *e->local_in[i]);
+      for (size_t j = 0; j < e->here.size(); ++j) pieces[static_cast<size_t>(e->here[j])] = mine[j];
+    } else {
+      pieces = sharding::split(flat[i], e->parts.in[i]);
+    }
     for (int64_t p = 0; p < n; ++p) per_device[static_cast<size_t>(p)].push_back(pieces[static_cast<size_t>(p)]);
   }
   const auto outs = sharding::run_spmd(e->exe, e->mesh, per_device, s.options.name);
   std::vector<Array> results;
   for (size_t o = 0; o < e->parts.out.size(); ++o) {
+    if (o < e->local_out.size() && e->local_out[o]) {  // this process's chunk of the result
+      std::vector<Array> mine;
+      for (int64_t p : e->here) mine.push_back(outs[static_cast<size_t>(p)][o]);
+      const program::Type& lt = e->local_out_types[o];
+      results.push_back(sharding::make_sharded(lt.shape, lt.dtype, *e->local_out[o], std::move(mine)));
+      continue;
+    }
     std::vector<Array> pieces;  // undefined where another process owns the device
     for (int64_t p = 0; p < n; ++p)
       pieces.push_back(outs[static_cast<size_t>(p)].empty() ? Array() : outs[static_cast<size_t>(p)][o]);

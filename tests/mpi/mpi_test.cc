@@ -81,6 +81,45 @@ TEST(Mpi, SeedCrossProcessErrors) {
   }
 }
 
+// The block of x at (r0, c0) of shape (rows, cols).
+Array block(const Array& x, int64_t r0, int64_t c0, int64_t rows, int64_t cols) {
+  Array out(Shape{rows, cols}, x.dtype());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out.set(r * cols + c, x.get((r0 + r) * x.shape()[1] + c0 + c));
+  return out;
+}
+
+// The seed's local_in_parts / local_out_parts: each process passes its own chunk of the global
+// arguments and gets its chunk of the results; the program still computes on the global arrays
+// (the mean below is over all of x, so it crosses processes).
+TEST(Mpi, LocalPartsAreEachProcessesChunk) {
+  const int me = pl::distributed::process_index();
+  const int here = pl::local_device_count();
+  auto f = [](const Array& a) { return pl::jnp::sin(a) * 2.0 - pl::jnp::mean(a); };
+  const Array x = randn({16, 8}, 9);
+  // PartitionSpec(2, 2): device k holds row block k / 2 and column block k % 2. With two devices a
+  // process, process p holds row block p whole; with one, the single block (p / 2, p % 2).
+  const PartitionSpec local = here == 2 ? PartitionSpec(1, 2) : PartitionSpec(1, 1);
+  const int64_t r0 = here == 2 ? me * 8 : (me / 2) * 8, c0 = here == 2 ? 0 : (me % 2) * 4;
+  const int64_t cols = here == 2 ? 8 : 4;
+  pl::ShardedJitOptions o;
+  o.local_num_partitions = here;
+  o.local_in_parts = pl::Parts(local);
+  o.local_out_parts = pl::Parts(local);
+  auto g = pl::sharded_jit(f, PartitionSpec(2, 2), PartitionSpec(2, 2), o);
+  const Array mine = pl::to_host(g(block(x, r0, c0, 8, cols)));
+  ASSERT_EQ(mine.shape(), (Shape{8, cols}));
+  EXPECT_LT(pl::rel_error(mine, block(f(x).astype(pl::f64), r0, c0, 8, cols)), 1e-6);
+  if (here == 2) {  // a cut that is not what this process's devices hold
+    pl::ShardedJitOptions bad;
+    bad.local_num_partitions = here;
+    bad.local_in_parts = pl::Parts(PartitionSpec(2, 1));
+    PL_EXPECT_ERROR(pl::sharded_jit(f, PartitionSpec(2, 2), pl::None, bad)(randn({16, 4}, 10)),
+                    "local_in_parts of argument 0 PartitionSpec(2, 1) does not describe this process's share of "
+                    "PartitionSpec(2, 2)");
+  }
+}
+
 // The last test: every rank runs a program whose pieces differ in size from the other ranks'. Each
 // rank gets an error from the collective rather than waiting forever.
 TEST(Mpi, MismatchedProgramsFailOnEveryRank) {

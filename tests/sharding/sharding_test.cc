@@ -265,6 +265,29 @@ TEST(Sharding, SeedErrorsHaveMessages) {
                     "describe a cross-process call; pass local_num_partitions too");
 }
 
+// local_in_parts / local_out_parts in one process: the process's chunk is the whole array, cut over
+// its devices as the local specs say; a local spec that does not divide the global one is an error.
+TEST(Sharding, LocalPartsInOneProcessAreTheWholeArrays) {
+  NEED_CPU_DEVICES(4);
+  auto f = [](const Array& a) { return pl::jnp::sin(a) * 2.0 - pl::jnp::mean(a); };
+  const Array x = randn({8, 6}, 12);
+  pl::ShardedJitOptions o;
+  o.local_num_partitions = 4;
+  o.local_in_parts = pl::Parts(PartitionSpec(4, 1));
+  o.local_out_parts = pl::Parts(PartitionSpec(2, 2));
+  const Array out = pl::sharded_jit(f, PartitionSpec(4, 1), PartitionSpec(2, 2), o)(x);
+  EXPECT_EQ(out.shape(), x.shape());
+  EXPECT_LT(pl::rel_error(pl::to_host(out), f(x.astype(pl::f64))), 1e-6);
+  o.local_in_parts = pl::Parts(PartitionSpec(3, 1));
+  PL_EXPECT_ERROR(pl::sharded_jit(f, PartitionSpec(4, 1), PartitionSpec(2, 2), o)(x),
+                  "sharded_jit: local_in_parts PartitionSpec(3, 1) of argument 0 cuts dimension 0 into 3 pieces, "
+                  "which does not divide the 4 pieces of PartitionSpec(4, 1)");
+  o.local_in_parts = pl::Parts(PartitionSpec(4, 1));
+  o.local_num_partitions = 2;
+  PL_EXPECT_ERROR(pl::sharded_jit(f, PartitionSpec(4, 1), PartitionSpec(2, 2), o)(x),
+                  "sharded_jit: local_num_partitions is 2 but this process holds 4 of the call's 4 devices");
+}
+
 // shard_map: per-device functions with explicit collectives, over a 2-D mesh.
 TEST(Sharding, ShardMapCollectives) {
   NEED_CPU_DEVICES(8);
