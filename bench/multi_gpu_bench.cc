@@ -12,8 +12,8 @@
 // Times are host wall clock over a loop of calls, all GPUs synchronised before and after (the peer
 // is timed the same way); the median of five such loops. Usage: multi_gpu_bench [section...] with
 // sections collectives, matmul, attention, step (default: all). At stop 22 (two H100s, before the
-// engine had its own streams) the step section hung on two GPUs with the NCCL engine;
-// `PALLADIUM_NCCL=0 multi_gpu_bench step` runs it with host-staged collectives.
+// engine queued its operations in a window all members share) the step section hung on two GPUs
+// with the NCCL engine; `PALLADIUM_NCCL=0 multi_gpu_bench step` runs it with host-staged collectives.
 #include <algorithm>
 #include <chrono>
 #include <cmath>

@@ -211,11 +211,9 @@ class NcclCommunicator final : public Communicator {
           if (e.params.lo[i] == me) to.push_back(e.params.hi[i]);
           if (e.params.hi[i] == me) from = e.params.lo[i];
         }
+        // Where nobody sends here the result is zeros, as the other engines give (this device may
+        // still send).
         Array out = run(position, group, me, dev, x, x.shape(), what, [&](NcclComm c, CudaStream s, Array& o) {
-          if (from < 0)  // nobody sends here: zeros, as the other engines give (this device may still send)
-            cuda::check_driver(cuda::require_driver().cuMemsetD8Async(cuda::device_ptr(o), 0, o.nbytes(),
-                                                                      static_cast<cuda::CUstream>(s)),
-                               what + ": zeroing the result");
           ncclResult rc = api_.ncclGroupStart();
           for (int64_t t : to)
             if (rc == 0) rc = api_.ncclSend(x.data(), x.nbytes(), NcclType::uint8, static_cast<int>(t), c, s);
@@ -223,7 +221,7 @@ class NcclCommunicator final : public Communicator {
             rc = api_.ncclRecv(o.data(), o.nbytes(), NcclType::uint8, static_cast<int>(from), c, s);
           const ncclResult end = api_.ncclGroupEnd();
           return rc != 0 ? rc : end;
-        });
+        }, from < 0);
         return std::vector<Array>{out};
       }
       default:
@@ -232,25 +230,37 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
-  // Queues `op` (given the group's communicator, the stream and a fresh result of `shape`) on the
-  // device's current stream after the work that made `in`.
+  // Queues `op` (given the group's communicator, the stream and a fresh result of `shape`, zeroed
+  // first if asked) on the engine's stream of the device, after the work that made `in`.
+  //
+  // Every NCCL call is made inside a window that all members of the group enter together and
+  // leave together, doing nothing else in it. Outside the window a device's host thread may block
+  // in the driver: allocating, loading a kernel, copying from the host. Such calls can wait for
+  // work already queued on a GPU, and with peer access between the GPUs not only on their own. A
+  // GPU whose NCCL kernel is running waits for the kernels of the other members. If one member
+  // could queue its part while another was still blocked short of queuing its own, both would wait
+  // forever. So everything this collective needs is allocated before the window, and nobody leaves
+  // until every member's part is queued: whatever is queued can then complete.
   template <class Op>
   Array run(int64_t position, const std::vector<int64_t>& group, int64_t me, Device dev, const Array& in,
-            const Shape& shape, const std::string& what, Op op) {
+            const Shape& shape, const std::string& what, Op op, bool zero_result = false) {
     const NcclComm comm = comm_for(position, group, me, dev, what);
     const cuda::StreamRef compute = cuda::stream_ref(cuda::current_stream_for(what, dev.index));
     const cuda::StreamRef stream = collective_stream(dev.index);
     cuda::order_after(stream, compute, what);  // the operand is ready
     cuda::record_use(cuda::device_ptr(in), stream);
     Array out = cuda::device_array(shape, in.dtype(), dev.index, stream);
-    check_nccl(op(comm, static_cast<CudaStream>(stream.handle), out), what + " on " + device_name(dev));
+    if (zero_result)
+      cuda::check_driver(cuda::require_driver().cuMemsetD8Async(cuda::device_ptr(out), 0, out.nbytes(),
+                                                                static_cast<cuda::CUstream>(stream.handle)),
+                         what + ": zeroing the result");
+    const Array token(Shape{}, DType::uint8);
+    host_->exchange(position, group, token, what + " (every device ready to queue it)");
+    const ncclResult rc = op(comm, static_cast<CudaStream>(stream.handle), out);
+    host_->exchange(position, group, token, what + " (every device has queued it)");
+    check_nccl(rc, what + " on " + device_name(dev));
     cuda::order_after(compute, stream, what);  // the program's later work sees the result
     cuda::record_use(cuda::device_ptr(out), compute);
-    // No device goes on until every member has queued its part: the host calls that follow (an
-    // allocation, a module load, a copy from the host) may wait for this GPU's queued work, which
-    // includes NCCL's kernel waiting for the others, while a member still to queue its part could
-    // be waiting for a lock such a call holds.
-    host_->exchange(position, group, Array(Shape{}, DType::uint8), what + " (waiting for every device to queue it)");
     return out;
   }
 
@@ -304,7 +314,8 @@ class NcclCommunicator final : public Communicator {
 std::unique_ptr<Communicator> with_nccl(const Mesh& mesh, std::unique_ptr<Communicator> host) {
   for (const Device& d : mesh.devices())
     if (d.kind != Device::cuda) return host;
-  // Opt-in until the hang seen on two H100s (docs/sharding.md, "GPUs") is understood.
+  // Opt-in until a GPU run confirms that the enqueue window (run()) ends the hang seen on two
+  // H100s (docs/sharding.md, "GPUs").
   const char* env = std::getenv("PALLADIUM_NCCL");
   if (!env || std::string(env) != "1") return host;
   const NcclApi* api = nccl();

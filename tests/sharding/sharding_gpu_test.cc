@@ -3,7 +3,8 @@
 // devices (the in-process engine, which the rest of the suite checks against float64 references)
 // and against float64 references. Skipped without GPUs; PALLADIUM_REQUIRE_NCCL=1 makes a missing
 // NCCL a failure instead of a fall-back to host staging. The engine is opt-in (PALLADIUM_NCCL=1),
-// which these tests set: on two H100s they hung at stop 22 (docs/sharding.md, "GPUs").
+// which these tests set. On two H100s they hung at stop 22 before the engine queued its operations
+// inside a window that all members enter and leave together (docs/sharding.md, "GPUs").
 #include <gtest/gtest.h>
 
 #include <cstdlib>
