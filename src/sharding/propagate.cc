@@ -23,7 +23,12 @@ int var_of(const Eqn& e, int value) {
 
 // One direction of one equation: the values on the `from` side that are known lend their axes to
 // each factor; the unknown values on the other side take them. Returns whether anything changed.
-bool flow(const Eqn& e, const Program& p, Known& sh, const std::shared_ptr<const Mesh>& mesh, bool forward) {
+// With `defer_open`, forward flow leaves undecided a result that has a dimension no operand
+// shares (broadcast's new dimensions): a consumer may still want it split there, which costs
+// nothing to honour, where deciding it now would make it whole (and cut it after, as it did for
+// the weights a batched matmul broadcasts over a split batch).
+bool flow(const Eqn& e, const Program& p, Known& sh, const std::shared_ptr<const Mesh>& mesh, bool forward,
+          bool defer_open) {
   const int n = static_cast<int>(e.ins.size());
   auto is_source = [&](int value) { return forward ? value < n : value >= n; };
   if (e.prim == Prim::sharding_constraint) {
@@ -42,10 +47,19 @@ bool flow(const Eqn& e, const Program& p, Known& sh, const std::shared_ptr<const
       const auto& s = sh[static_cast<size_t>(var_of(e, v))];
       if (is_source(v) && s && s->dims[static_cast<size_t>(d)].size() > axes[f].size()) axes[f] = s->dims[static_cast<size_t>(d)];
     }
+  auto open = [&](int value) {
+    for (const Factor& f : factors) {
+      bool mine = false, shared = false;
+      for (auto [fv, d] : f.dims) (fv == value ? mine : shared) = true;
+      if (mine && !shared) return true;
+    }
+    return false;
+  };
   bool changed = false;
   for (int v = 0; v < n + static_cast<int>(e.outs.size()); ++v) {
     const int var = var_of(e, v);
     if (is_source(v) || sh[static_cast<size_t>(var)]) continue;
+    if (forward && defer_open && open(v)) continue;
     Sharding s = Sharding::replicated(mesh, p.type(var).shape.size());
     std::set<int> used;
     for (size_t f = 0; f < factors.size(); ++f)
@@ -81,12 +95,14 @@ std::vector<Sharding> propagate(const Program& p, const std::vector<Sharding>& i
     }
   // Constraints first (backward), then operands (forward): a value a constraint splits is computed
   // on pieces rather than whole and cut afterwards.
-  for (int round = 0; round < 8; ++round) {
-    bool changed = false;
-    for (size_t i = p.eqns.size(); i-- > 0;) changed = flow(p.eqns[i], p, sh, mesh, false) || changed;
-    for (const Eqn& e : p.eqns) changed = flow(e, p, sh, mesh, true) || changed;
-    if (!changed) break;
-  }
+  // Results with dimensions of their own (open) wait for their consumers first; then the rest.
+  for (bool defer_open : {true, false})
+    for (int round = 0; round < 8; ++round) {
+      bool changed = false;
+      for (size_t i = p.eqns.size(); i-- > 0;) changed = flow(p.eqns[i], p, sh, mesh, false, defer_open) || changed;
+      for (const Eqn& e : p.eqns) changed = flow(e, p, sh, mesh, true, defer_open) || changed;
+      if (!changed) break;
+    }
   // The wanted output shardings are met by the partitioner's last reshard; they decide only values
   // nothing else reached (an output made from constants).
   for (size_t i = 0; i < outputs.size(); ++i)

@@ -265,6 +265,20 @@ TEST(Sharding, SeedErrorsHaveMessages) {
                     "describe a cross-process call; pass local_num_partitions too");
 }
 
+// Weights that a batched matmul broadcasts over a split batch are broadcast to the local batch
+// only, not to the whole batch and cut afterwards.
+TEST(Sharding, BroadcastOverASplitBatchIsLocal) {
+  NEED_CPU_DEVICES(2);
+  auto f = [](const Array& w, const Array& x) { return pl::jnp::tanh(pl::jnp::matmul(x, w)); };
+  const Array w = randn({6, 5}, 13), x = randn({4, 3, 6}, 14);
+  auto g = pl::sharded_jit(f, {pl::None, PartitionSpec(2, 1, 1)}, PartitionSpec(2, 1, 1));
+  EXPECT_LT(pl::rel_error(pl::to_host(g(w, x)), f(w.astype(pl::f64), x.astype(pl::f64))), 1e-6);
+  const std::string low = g.lower(w, x);
+  const std::string local = low.substr(low.find("--- per-device program"));
+  EXPECT_FALSE(contains(local, "shard_slice")) << local;
+  EXPECT_TRUE(contains(local, "broadcast[shape=[2,6,5]]")) << local;
+}
+
 // local_in_parts / local_out_parts in one process: the process's chunk is the whole array, cut over
 // its devices as the local specs say; a local spec that does not divide the global one is an error.
 TEST(Sharding, LocalPartsInOneProcessAreTheWholeArrays) {
