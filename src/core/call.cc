@@ -158,17 +158,19 @@ std::vector<Ref> scoped_buffers(const std::vector<ShapeDtype>& types) {
   ScopedBuffers* sb = current_scoped;
   if (!sb) throw Error("run_scoped: called outside a pallas_call kernel body");
   ir::Builder& b = *sb->builder;
-  if (b.depth() != 1)
-    b.fail("run_scoped", "is called inside a loop or a conditional; call it at the kernel body's top level "
-                         "(its buffers are allocated for the whole call)");
+  // Inside a loop or a conditional the buffers are the same ones at every entry: each is a
+  // kernel-wide scratch buffer (its origin is the program's ids, defined at the top), and a scope's
+  // buffers are dead when it ends, so reusing them is what allocating afresh would do.
   std::vector<Ref> refs;
-  for (const ShapeDtype& t : types) {
-    b.check_shape("run_scoped", t.shape);
-    const auto [array, spec] = scratch_layout(*sb->desc, t);
-    const size_t o = sb->next_output++;
-    add_ref(*sb->kernel, b, *sb->pids, true, o, array, spec, refs);
-    sb->kernel->refs.back().name = "s" + std::to_string(o - sb->desc->num_results());
-  }
+  b.at_top_level([&] {
+    for (const ShapeDtype& t : types) {
+      b.check_shape("run_scoped", t.shape);
+      const auto [array, spec] = scratch_layout(*sb->desc, t);
+      const size_t o = sb->next_output++;
+      add_ref(*sb->kernel, b, *sb->pids, true, o, array, spec, refs);
+      sb->kernel->refs.back().name = "s" + std::to_string(o - sb->desc->num_results());
+    }
+  });
   return refs;
 }
 

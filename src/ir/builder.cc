@@ -41,6 +41,19 @@ ValueId Builder::new_value(Type t) {
   return static_cast<ValueId>(kernel_.types.size() - 1);
 }
 
+void Builder::at_top_level(const std::function<void()>& emit_values) {
+  std::vector<Open> inner(std::make_move_iterator(open_.begin() + 1), std::make_move_iterator(open_.end()));
+  open_.resize(1);
+  struct Restore {
+    std::vector<Open>& open;
+    std::vector<Open>& inner;
+    ~Restore() {
+      for (Open& o : inner) open.push_back(std::move(o));
+    }
+  } restore{open_, inner};
+  emit_values();
+}
+
 Inst& Builder::emit(Inst inst) {
   if (op_family(inst.op) == Family::Memory)
     for (const IndexEntry& e : inst.index)

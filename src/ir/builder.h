@@ -2,6 +2,7 @@
 // rules. A rule that fails throws a user Error naming the kernel and the op; the front end
 // (src/trace) broadcasts and promotes before calling here, so the rules are strict.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,10 @@ class Builder {
 
   // How many regions are open: 1 at the kernel body's top level.
   size_t depth() const { return open_.size(); }
+  // Runs `emit_values` with what it emits appended to the kernel body's top level (before the loop
+  // or conditional being traced), then returns to the innermost open region: for values the whole
+  // kernel needs, such as the origin of a buffer that run_scoped makes inside a loop.
+  void at_top_level(const std::function<void()>& emit_values);
 
   // Moves the finished top-level body into the kernel; call once, after tracing.
   void finish();
