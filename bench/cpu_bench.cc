@@ -11,10 +11,9 @@
 //   compile latency                first call of the quickstart matmul (compile included), and a
 //                                  first call served from the disk cache
 //
-// Large outputs are allocated by every pallas_call; the benchmark keeps freed memory in the heap
-// (mallopt) so that repeated calls do not pay first-touch page faults, as a caching allocator would.
+// Large outputs are allocated by every pallas_call; the library's host allocator keeps freed large
+// blocks (src/core/host_allocator.h), so repeated calls do not pay first-touch page faults.
 #include <benchmark/benchmark.h>
-#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -506,9 +505,6 @@ BENCHMARK(BM_PagedAttentionPlain)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)
 BENCHMARK(BM_QuickstartMatmulFirstCall)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(5);
 
 int main(int argc, char** argv) {
-  // Keep freed large blocks in the heap: each pallas_call allocates its output.
-  mallopt(M_MMAP_MAX, 0);
-  mallopt(M_TRIM_THRESHOLD, -1);
   benchmark::Initialize(&argc, argv);
   RatioReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);

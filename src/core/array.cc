@@ -1,5 +1,6 @@
 // Array storage, element access, and the creation functions.
 #include "palladium/array.h"
+#include "core/host_allocator.h"
 #include "palladium/sharding.h"
 #include "palladium/numpy.h"
 #include "program/trace.h"
@@ -14,20 +15,16 @@ namespace palladium {
 
 namespace {
 
-constexpr size_t kHostAlignment = 64;  // a cache line, and enough for any vector load
-
 std::shared_ptr<Storage> allocate_host(size_t nbytes, const Shape& shape, DType dtype) {
   auto storage = std::make_shared<Storage>();
-  // aligned_alloc wants a size that is a multiple of the alignment; never ask for 0 bytes so that
-  // even an empty Array has a valid pointer.
-  const size_t rounded = (nbytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
-  storage->ptr = rounded < nbytes ? nullptr : std::aligned_alloc(kHostAlignment, rounded == 0 ? kHostAlignment : rounded);
+  // Even an empty Array has a valid pointer (host_allocate never returns one for 0 bytes).
+  storage->ptr = detail::host_allocate(nbytes);
   if (storage->ptr == nullptr)
     throw Error("Array: cannot allocate " + std::to_string(nbytes) + " bytes for an array of shape " + shape_str(shape) +
                 " and dtype " + dtype_name(dtype) + " on the host (out of memory)");
   storage->nbytes = nbytes;
   storage->device = Device{};
-  storage->free_fn = std::free;
+  storage->free_fn = detail::host_free;
   return storage;
 }
 
