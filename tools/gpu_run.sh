@@ -3,8 +3,11 @@
 #   tests    the test binaries (cuda tests, the shared kernel suite on every available backend,
 #            ops, core) and the examples, with PALLADIUM_BACKEND=cuda;
 #   bench    bench/cuda_bench (Palladium vs cuBLASLt, copy bandwidth, attention, compile, launch);
-#   peers    the peer scripts (../shared/peers copied to .peers/): torch, then JAX attention.
-# Usage: tools/gpu_run.sh [tests] [quicktests] [bench] [profile] [peers]   (default: tests bench peers)
+#   peers    the peer scripts (../shared/peers copied to .peers/): torch, then JAX attention;
+#   multigpu on a machine with several GPUs: the sharding tests on them through NCCL, then
+#            bench/multi_gpu_bench (NCCL called directly, one GPU).
+# Usage: tools/gpu_run.sh [tests] [quicktests] [bench] [profile] [peers] [multigpu]
+#        (default: tests bench peers)
 # Binaries come from $PL_BIN (default .peers/gpu/bin, prebuilt on the development machine);
 # when that folder is absent they are built here with the project's CMake into build-gpu/.
 # Logs go to $OUT (default /tmp/pl-gpu-out); each stage runs under its own time limit.
@@ -29,7 +32,7 @@ if [ ! -x "$BIN/test_cuda" ]; then
   BIN=$PWD/build-gpu/bin-links
   mkdir -p "$BIN"
   ln -sf "$PWD"/build-gpu/tests/test_* "$PWD"/build-gpu/bench/cuda_bench "$PWD"/build-gpu/quickstart \
-    "$PWD"/build-gpu/attention "$PWD"/build-gpu/indrnn "$BIN"/ 2>/dev/null
+    "$PWD"/build-gpu/attention "$PWD"/build-gpu/indrnn "$PWD"/build-gpu/bench/multi_gpu_bench "$BIN"/ 2>/dev/null
 fi
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader
@@ -97,6 +100,15 @@ for part in "${parts[@]}"; do
       stage test_cuda ${PL_T_CUDA:-150} "$BIN/test_cuda" --gtest_brief=1
       stage test_ops ${PL_T_OPS:-50} "$BIN/test_ops" --gtest_brief=1
       unset PALLADIUM_BACKEND
+      ;;
+    multigpu)
+      # The NCCL engine is opt-in in the library for now (docs/sharding.md, "GPUs"): the tests and
+      # the bench ask for it; NVLink multicast stays off.
+      export NCCL_NVLS_ENABLE=0
+      PALLADIUM_REQUIRE_NCCL=1 stage sharding_gpus ${PL_T_SHARDING:-120} "$BIN/test_sharding" \
+        --gtest_filter='ShardingNccl*:ShardingGpu*'
+      stage multi_gpu_bench ${PL_T_MULTI:-300} "$BIN/multi_gpu_bench"
+      grep -E "^(ROW|CHECK|FAIL|NOTE)" "$OUT/multi_gpu_bench.log"
       ;;
     peers)
       stage torch_peers 120 python3 .peers/torch_peers.py
