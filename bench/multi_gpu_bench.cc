@@ -26,7 +26,6 @@
 #include <palladium/device.h>
 #include <palladium/palladium.h>
 
-#include "backends/cuda/device_runtime.h"
 #include "ops/attention.h"
 #include "sharding/nccl_api.h"
 
@@ -224,8 +223,10 @@ void bench_matmul() {
     worst1 = std::max(worst1, std::abs(r1.get(i * m + j) - ref) / scale);
     worstn = std::max(worstn, std::abs(rn.get(i * m + j) - ref) / scale);
   }
-  check("matmul on one GPU, 64 sampled elements vs float64 (error / sum of |terms|)", worst1, 1e-2);
-  check("matmul rows over the GPUs, 64 sampled elements vs float64", worstn, 1e-2);
+  // The output is bfloat16: its rounding alone may reach 2^-8 of the value, which is at most the
+  // sum of the terms' magnitudes.
+  check("matmul on one GPU, 64 sampled elements vs float64 (error / sum of |terms|)", worst1, 4e-3);
+  check("matmul rows over the GPUs, 64 sampled elements vs float64", worstn, 4e-3);
 }
 
 // ---- attention forward+backward over heads --------------------------------------------------
@@ -319,6 +320,8 @@ void bench_step() {
     report("dp step", tag, "jit(grad) batch over " + std::to_string(n) + " GPUs", tn, fixed(t1 / tn) + "x one GPU");
     auto [g1a, g1b] = one(w1, o1, x1, y1);
     auto [gna, gnb] = split(wn, on, xn, yn);
+    // bfloat16 gradients summed in another order, with one more bfloat16 rounding (the all_reduce):
+    // a few units of 2^-8.
     check("data-parallel gradients equal one GPU's",
           std::max(pl::rel_error(pl::to_host(gna).astype(pl::f64), pl::to_host(g1a).astype(pl::f64)),
                    pl::rel_error(pl::to_host(gnb).astype(pl::f64), pl::to_host(g1b).astype(pl::f64))),

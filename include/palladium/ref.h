@@ -89,8 +89,8 @@ std::vector<Ref> scoped_buffers(const std::vector<ShapeDtype>& types);
 
 // Pallas's run_scoped: calls fn with one Ref per type, on buffers that exist while fn runs, and
 // returns what fn returns. The buffers are uninitialised, like scratch_shapes (each point of the
-// parallel grid axes has its own), and are allocated for the call: run_scoped is called at the
-// kernel body's top level, not inside a loop or a conditional.
+// parallel grid axes has its own), and are allocated for the call: inside a loop or a conditional
+// every entry to the scope uses the same buffers.
 template <class Fn> decltype(auto) run_scoped(Fn&& fn, const std::vector<ShapeDtype>& types) {
   const std::vector<Ref> refs = detail::scoped_buffers(types);
   return std::forward<Fn>(fn)(Refs(refs));

@@ -17,14 +17,15 @@ namespace {
 
 std::shared_ptr<Storage> allocate_host(size_t nbytes, const Shape& shape, DType dtype) {
   auto storage = std::make_shared<Storage>();
-  // Even an empty Array has a valid pointer (host_allocate never returns one for 0 bytes).
-  storage->ptr = detail::host_allocate(nbytes);
+  // Even an empty Array has a valid pointer (a 0-byte request gets a small block).
+  const detail::HostBlock block = detail::host_allocate(nbytes);
+  storage->ptr = block.ptr;
   if (storage->ptr == nullptr)
     throw Error("Array: cannot allocate " + std::to_string(nbytes) + " bytes for an array of shape " + shape_str(shape) +
                 " and dtype " + dtype_name(dtype) + " on the host (out of memory)");
   storage->nbytes = nbytes;
   storage->device = Device{};
-  storage->free_fn = detail::host_free;
+  storage->free_fn = block.free_fn;
   return storage;
 }
 

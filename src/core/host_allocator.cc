@@ -1,14 +1,18 @@
-// The host allocator (host_allocator.h): live large blocks are remembered with their sizes, freed
-// ones wait in a FIFO cache for a request of the same rounded size.
+// The host allocator (host_allocator.h): small blocks are plain aligned_alloc/free; live large
+// blocks are remembered with their sizes, and freed ones wait in a FIFO cache for a request of the
+// same rounded size.
 #include "core/host_allocator.h"
 
 #include <sys/mman.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <list>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+
+#include "palladium/error.h"
 
 namespace palladium::detail {
 namespace {
@@ -31,10 +35,7 @@ constexpr bool kSanitized = false;
 size_t cache_limit() {
   if (kSanitized) return 0;
   const char* v = std::getenv("PALLADIUM_HOST_CACHE_MB");
-  if (v == nullptr || *v == '\0') return size_t{1024} << 20;
-  char* end = nullptr;
-  const unsigned long long mb = std::strtoull(v, &end, 10);
-  return end != nullptr && *end == '\0' ? static_cast<size_t>(mb) << 20 : size_t{1024} << 20;
+  return v == nullptr || *v == '\0' ? size_t{1024} << 20 : parse_host_cache_mb(v);
 }
 
 struct LargeBlocks {
@@ -56,43 +57,11 @@ void release_cache(LargeBlocks& b) {
   b.cached_bytes = 0;
 }
 
-}  // namespace
-
-void* host_allocate(size_t bytes) {
-  if (bytes < kLarge) {
-    const size_t rounded = (bytes + kSmallAlignment - 1) / kSmallAlignment * kSmallAlignment;
-    if (rounded < bytes) return nullptr;
-    return std::aligned_alloc(kSmallAlignment, rounded == 0 ? kSmallAlignment : rounded);
-  }
-  const size_t rounded = (bytes + kLarge - 1) / kLarge * kLarge;
-  if (rounded < bytes) return nullptr;
-  LargeBlocks& b = large();
-  std::lock_guard<std::mutex> lock(b.mu);
-  for (auto it = b.cached.begin(); it != b.cached.end(); ++it)
-    if (it->first == rounded) {
-      void* p = it->second;
-      b.cached_bytes -= rounded;
-      b.cached.erase(it);
-      b.live[p] = rounded;
-      return p;
-    }
-  void* p = std::aligned_alloc(kLarge, rounded);
-  if (p == nullptr && !b.cached.empty()) {  // memory held by the cache goes back first
-    release_cache(b);
-    p = std::aligned_alloc(kLarge, rounded);
-  }
-  if (p == nullptr) return nullptr;
-  ::madvise(p, rounded, MADV_HUGEPAGE);  // advice only: without THP the pages are 4 KiB
-  b.live[p] = rounded;
-  return p;
-}
-
-void host_free(void* p) {
-  if (p == nullptr) return;
+// Frees a large block, or keeps it for the next request of its size.
+void free_large(void* p) {
   LargeBlocks& b = large();
   std::lock_guard<std::mutex> lock(b.mu);
   auto it = b.live.find(p);
-  if (it == b.live.end()) return std::free(p);  // a small block
   const size_t size = it->second;
   b.live.erase(it);
   if (size > b.limit) return std::free(p);
@@ -103,6 +72,45 @@ void host_free(void* p) {
     std::free(b.cached.front().second);
     b.cached.pop_front();
   }
+}
+
+}  // namespace
+
+size_t parse_host_cache_mb(const char* value) {
+  char* end = nullptr;
+  const unsigned long long mb = std::strtoull(value, &end, 10);
+  if (end == value || *end != '\0' || value[0] == '-' || mb > (uint64_t{1} << 40))
+    throw Error(std::string("PALLADIUM_HOST_CACHE_MB='") + value + "' is not a whole number of MiB");
+  return static_cast<size_t>(mb) << 20;
+}
+
+HostBlock host_allocate(size_t bytes) {
+  if (bytes < kLarge) {
+    const size_t rounded = (bytes + kSmallAlignment - 1) / kSmallAlignment * kSmallAlignment;
+    if (rounded < bytes) return {};
+    return {std::aligned_alloc(kSmallAlignment, rounded == 0 ? kSmallAlignment : rounded), std::free};
+  }
+  const size_t rounded = (bytes + kLarge - 1) / kLarge * kLarge;
+  if (rounded < bytes) return {};
+  LargeBlocks& b = large();
+  std::lock_guard<std::mutex> lock(b.mu);
+  for (auto it = b.cached.begin(); it != b.cached.end(); ++it)
+    if (it->first == rounded) {
+      void* p = it->second;
+      b.cached_bytes -= rounded;
+      b.cached.erase(it);
+      b.live[p] = rounded;
+      return {p, free_large};
+    }
+  void* p = std::aligned_alloc(kLarge, rounded);
+  if (p == nullptr && !b.cached.empty()) {  // memory held by the cache goes back first
+    release_cache(b);
+    p = std::aligned_alloc(kLarge, rounded);
+  }
+  if (p == nullptr) return {};
+  ::madvise(p, rounded, MADV_HUGEPAGE);  // advice only: without THP the pages are 4 KiB
+  b.live[p] = rounded;
+  return {p, free_large};
 }
 
 size_t host_cache_limit() { return large().limit; }

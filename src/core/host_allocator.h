@@ -10,12 +10,15 @@
 
 namespace palladium::detail {
 
-// At least `bytes` (64-byte aligned), or nullptr when the host is out of memory.
-void* host_allocate(size_t bytes);
-// Frees (or caches) a block from host_allocate.
-void host_free(void* p);
+struct HostBlock {
+  void* ptr = nullptr;                // at least the bytes asked for, 64-byte aligned; nullptr: out of memory
+  void (*free_fn)(void*) = nullptr;   // what gives it back: std::free, or the large-block cache
+};
+HostBlock host_allocate(size_t bytes);
 // Bytes held by the cache now, and the most it holds (0 in sanitizer builds).
 size_t host_cached_bytes();
 size_t host_cache_limit();
+// PALLADIUM_HOST_CACHE_MB's value as bytes; an Error for anything but a whole number of MiB.
+size_t parse_host_cache_mb(const char* value);
 
 }  // namespace palladium::detail

@@ -55,8 +55,6 @@ class Builder {
   std::vector<ValueId> emit_while(const std::vector<ValueId>& init, Region cond, Region body);
   std::vector<ValueId> emit_if(ValueId pred, Region then_region, Region else_region);
 
-  // How many regions are open: 1 at the kernel body's top level.
-  size_t depth() const { return open_.size(); }
   // Runs `emit_values` with what it emits appended to the kernel body's top level (before the loop
   // or conditional being traced), then returns to the innermost open region: for values the whole
   // kernel needs, such as the origin of a buffer that run_scoped makes inside a loop.

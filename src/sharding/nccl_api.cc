@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "backends/common/dl_bind.h"
 #include "palladium/error.h"
 
 namespace palladium::sharding {
@@ -17,10 +18,7 @@ struct LoadedNccl {
   std::string why;  // empty when usable
 };
 
-template <class F> void bind(void* lib, F& slot, const char* name, std::string& missing) {
-  if (void* p = dlsym(lib, name)) slot = reinterpret_cast<F>(p);
-  else missing += std::string(missing.empty() ? "" : ", ") + name;
-}
+using backend::bind;
 
 LoadedNccl load() {
   LoadedNccl out;
@@ -42,20 +40,20 @@ LoadedNccl load() {
   }
   NcclApi& a = out.api;
   std::string missing;
-  bind(lib, a.ncclGetVersion, "ncclGetVersion", missing);
-  bind(lib, a.ncclGetUniqueId, "ncclGetUniqueId", missing);
-  bind(lib, a.ncclCommInitRank, "ncclCommInitRank", missing);
-  bind(lib, a.ncclCommInitAll, "ncclCommInitAll", missing);
-  bind(lib, a.ncclCommDestroy, "ncclCommDestroy", missing);
-  bind(lib, a.ncclCommAbort, "ncclCommAbort", missing);
-  bind(lib, a.ncclGetErrorString, "ncclGetErrorString", missing);
-  bind(lib, a.ncclAllReduce, "ncclAllReduce", missing);
-  bind(lib, a.ncclAllGather, "ncclAllGather", missing);
-  bind(lib, a.ncclReduceScatter, "ncclReduceScatter", missing);
-  bind(lib, a.ncclSend, "ncclSend", missing);
-  bind(lib, a.ncclRecv, "ncclRecv", missing);
-  bind(lib, a.ncclGroupStart, "ncclGroupStart", missing);
-  bind(lib, a.ncclGroupEnd, "ncclGroupEnd", missing);
+  bind(lib, a.ncclGetVersion, {"ncclGetVersion"}, missing);
+  bind(lib, a.ncclGetUniqueId, {"ncclGetUniqueId"}, missing);
+  bind(lib, a.ncclCommInitRank, {"ncclCommInitRank"}, missing);
+  bind(lib, a.ncclCommInitAll, {"ncclCommInitAll"}, missing);
+  bind(lib, a.ncclCommDestroy, {"ncclCommDestroy"}, missing);
+  bind(lib, a.ncclCommAbort, {"ncclCommAbort"}, missing);
+  bind(lib, a.ncclGetErrorString, {"ncclGetErrorString"}, missing);
+  bind(lib, a.ncclAllReduce, {"ncclAllReduce"}, missing);
+  bind(lib, a.ncclAllGather, {"ncclAllGather"}, missing);
+  bind(lib, a.ncclReduceScatter, {"ncclReduceScatter"}, missing);
+  bind(lib, a.ncclSend, {"ncclSend"}, missing);
+  bind(lib, a.ncclRecv, {"ncclRecv"}, missing);
+  bind(lib, a.ncclGroupStart, {"ncclGroupStart"}, missing);
+  bind(lib, a.ncclGroupEnd, {"ncclGroupEnd"}, missing);
   if (!missing.empty()) {
     out.why = "the NCCL library lacks " + missing + " (NCCL 2.7 or newer is needed)";
     return out;

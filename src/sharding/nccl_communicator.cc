@@ -1,6 +1,6 @@
 // The NCCL engine: the collectives of a per-device program on GPUs run as NCCL operations on the
-// device buffers, queued on the device's current stream after the kernels that made them (no trip
-// through the host). NCCL communicators are made once per group of devices and kept for the
+// device buffers, on a stream of the engine's own ordered by events after the kernels that made
+// them (no trip through the host). NCCL communicators are made once per group of devices and kept for the
 // process; the group meets over the host engine (in-process or MPI) to share NCCL's unique id, so
 // a device that fails before the first collective fails the others there (with its timeout) rather
 // than leaving them waiting in NCCL's set-up. A failed device aborts the NCCL communicators its run

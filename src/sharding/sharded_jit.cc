@@ -343,17 +343,18 @@ std::shared_ptr<detail::ShardedJitState::Entry> entry(detail::ShardedJitState& s
         if ((*list)[i].counts) local_counts.push_back({*(*list)[i].counts, "local part " + std::to_string(i)});
     const std::shared_ptr<const Mesh> here_mesh = counts_mesh(local_counts, mine);
     e->local_in.resize(flat.size());
+    const std::vector<program::Type> chunk_types = program::types_of(flat);
     for (size_t i = 0; i < local_in_specs.size(); ++i) {
       const std::string where = "argument " + std::to_string(i);
-      e->local_in[i] = counts_sharding(local_in_specs[i].counts, program::types_of(flat)[i], here_mesh, where);
+      e->local_in[i] = counts_sharding(local_in_specs[i].counts, chunk_types[i], here_mesh, where);
       check_local_cut(e->parts.in[i], *e->local_in[i], e->here, "local_in_parts of " + where, local_in_specs[i],
                       in_specs[i]);
     }
     e->local_out.resize(out_specs.size());
+    e->local_out_types.resize(out_specs.size());
     for (size_t o = 0; o < local_out_specs.size(); ++o) {
       const std::string where = "output " + std::to_string(o);
       const program::Type lt = rescaled(g.type(g.outputs[o]), out_specs[o], local_out_specs[o], false, where);
-      e->local_out_types.resize(out_specs.size());
       e->local_out_types[o] = lt;
       e->local_out[o] = counts_sharding(local_out_specs[o].counts, lt, here_mesh, where);
       check_local_cut(e->parts.out[o], *e->local_out[o], e->here, "local_out_parts of " + where, local_out_specs[o],

@@ -6,6 +6,7 @@
 
 #include "core/host_allocator.h"
 #include "palladium/palladium.h"
+#include "tests/support/test_support.h"
 
 namespace pl = palladium;
 
@@ -31,6 +32,14 @@ TEST(HostAllocator, AFreedLargeBlockServesTheNextRequestOfItsSize) {
   const pl::Array b({elements}, pl::f32);
   EXPECT_EQ(b.data(), first);
   EXPECT_EQ(pl::detail::host_cached_bytes(), before);
+}
+
+TEST(HostAllocator, CacheSizeMustBeAWholeNumberOfMiB) {
+  EXPECT_EQ(pl::detail::parse_host_cache_mb("0"), 0u);
+  EXPECT_EQ(pl::detail::parse_host_cache_mb("64"), size_t{64} << 20);
+  for (const char* bad : {"lots", "12MB", "-1", ""})
+    PL_EXPECT_ERROR(pl::detail::parse_host_cache_mb(bad),
+                    std::string("PALLADIUM_HOST_CACHE_MB='") + bad + "' is not a whole number of MiB");
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ namespace {
 
 using palladium::test_support::error_message;
 
-Array randn(Shape s, uint64_t seed) { return pl::random::normal(pl::random::key(seed), std::move(s)); }
+using palladium::test_support::randn;
 
 TEST(Mpi, DevicesSpanProcesses) {
   ASSERT_GT(pl::distributed::process_count(), 1) << "run this binary under mpiexec";

@@ -9,6 +9,7 @@
 
 #include "palladium/palladium.h"
 #include "tests/support/program_support.h"
+#include "tests/support/test_support.h"
 
 namespace pl = palladium;
 using pl::Array;
@@ -21,7 +22,7 @@ using palladium::test_support::host_backends;
 
 class Fusion : public palladium::test_support::OnBackend {};
 
-Array randn(Shape s, uint64_t seed) { return pl::random::normal(pl::random::key(seed), std::move(s)); }
+using palladium::test_support::randn;
 
 // The number of kernels in jit(f).lower(...)'s steps.
 size_t kernels_of(const std::string& lowered) {

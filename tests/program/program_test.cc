@@ -25,7 +25,7 @@ using palladium::test_support::optimized_part;
 
 class Program : public palladium::test_support::OnBackend {};
 
-Array randn(Shape s, uint64_t seed) { return pl::random::normal(pl::random::key(seed), std::move(s)); }
+using palladium::test_support::randn;
 
 // Element-by-element float64 reference of a unary or binary function, with NumPy broadcasting
 // restricted to equal shapes or a scalar second operand.

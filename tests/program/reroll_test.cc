@@ -10,6 +10,7 @@
 #include "ops/indrnn.h"
 #include "tests/support/indrnn_naive.h"
 #include "tests/support/program_support.h"
+#include "tests/support/test_support.h"
 
 namespace pl = palladium;
 using pl::Array;
@@ -23,7 +24,7 @@ using palladium::test_support::count_of;
 
 class Reroll : public palladium::test_support::OnBackend {};
 
-Array randn(Shape s, uint64_t seed) { return pl::random::normal(pl::random::key(seed), std::move(s)); }
+using palladium::test_support::randn;
 
 
 // The largest %id printed in a program's text.

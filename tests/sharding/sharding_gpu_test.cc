@@ -26,9 +26,9 @@ namespace {
 
 using palladium::test_support::ScopedEnv;
 
-Array randn(Shape s, uint64_t seed) { return pl::random::normal(pl::random::key(seed), std::move(s)); }
+using palladium::test_support::randn;
+using palladium::test_support::contains;
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 bool nccl_required() {
   const char* e = std::getenv("PALLADIUM_REQUIRE_NCCL");

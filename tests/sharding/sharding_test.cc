@@ -23,9 +23,9 @@ namespace {
 using palladium::test_support::error_message;
 using palladium::test_support::ScopedEnv;
 
-Array randn(Shape s, uint64_t seed) { return pl::random::normal(pl::random::key(seed), std::move(s)); }
+using palladium::test_support::randn;
+using palladium::test_support::contains;
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // The tests run on `n` virtual CPU devices, also where there are GPUs.
 #define NEED_CPU_DEVICES(n)                                                 \

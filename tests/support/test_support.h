@@ -8,6 +8,7 @@
 #include <typeinfo>
 
 #include "palladium/error.h"
+#include "palladium/random.h"
 
 namespace palladium::test_support {
 
@@ -62,5 +63,11 @@ class ScopedEnv {
   const char* name_;
   std::optional<std::string> old_;
 };
+
+// Standard normal float32 values drawn from the key `seed` (fresh data, never zeros).
+inline Array randn(Shape shape, uint64_t seed) { return random::normal(random::key(seed), std::move(shape)); }
+
+// Whether `part` occurs in `s` (printed programs, messages).
+inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 }  // namespace palladium::test_support

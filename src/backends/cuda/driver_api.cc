@@ -8,21 +8,13 @@
 #include <mutex>
 #include <vector>
 
+#include "backends/common/dl_bind.h"
 #include "palladium/error.h"
 
 namespace palladium::cuda {
 namespace {
 
-template <class F> bool bind(void* lib, F& slot, std::initializer_list<const char*> names, std::string& missing) {
-  for (const char* n : names) {
-    if (void* p = dlsym(lib, n)) {
-      slot = reinterpret_cast<F>(p);
-      return true;
-    }
-  }
-  missing += std::string(missing.empty() ? "" : ", ") + *names.begin();
-  return false;
-}
+using backend::bind;
 
 struct LoadedDriver {
   DriverApi api{};
