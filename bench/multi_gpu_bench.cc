@@ -11,9 +11,8 @@
 //     gradients all-reduced) against one GPU.
 // Times are host wall clock over a loop of calls, all GPUs synchronised before and after (the peer
 // is timed the same way); the median of five such loops. Usage: multi_gpu_bench [section...] with
-// sections collectives, matmul, attention, step (default: all). At stop 22 (two H100s, before the
-// engine queued its operations in a window all members share) the step section hung on two GPUs
-// with the NCCL engine; `PALLADIUM_NCCL=0 multi_gpu_bench step` runs it with host-staged collectives.
+// sections collectives, matmul, attention, step (default: all). `PALLADIUM_NCCL=0 multi_gpu_bench
+// step` runs the step with collectives staged through the host instead of the NCCL engine.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -318,6 +317,23 @@ void bench_step() {
                 yn = pl::device_put(y, by_batch);
     const double tn = wall_ms([&] { (void)split(wn, on, xn, yn); }, 3);
     report("dp step", tag, "jit(grad) batch over " + std::to_string(n) + " GPUs", tn, fixed(t1 / tn) + "x one GPU");
+    // Where the rest goes: one GPU on its share of the batch alone (the bound without any
+    // communication or coordination), and the host's time to queue one step (no waiting for the GPUs).
+    const Array xs = pl::to_device(pl::lax::slice(x, {0, 0, 0}, {batch / n, seq, hidden}), g0),
+                ys = pl::to_device(pl::lax::slice(y, {0, 0, 0}, {batch / n, seq, hidden}), g0);
+    const double ts = wall_ms([&] { (void)one(w1, o1, xs, ys); }, 3);
+    report("dp step", tag, "jit(grad) one GPU, its share b" + std::to_string(batch / n), ts,
+           fixed(t1 / ts) + "x one GPU (the bound)");
+    auto queue_ms = [&](const std::function<void()>& work) {
+      sync_all();
+      const auto t0 = Clock::now();
+      work();
+      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      sync_all();
+      return ms;
+    };
+    std::printf("NOTE host time to queue one step: one GPU %.3f ms, over %d GPUs %.3f ms\n",
+                queue_ms([&] { (void)one(w1, o1, x1, y1); }), n, queue_ms([&] { (void)split(wn, on, xn, yn); }));
     auto [g1a, g1b] = one(w1, o1, x1, y1);
     auto [gna, gnb] = split(wn, on, xn, yn);
     // bfloat16 gradients summed in another order, with one more bfloat16 rounding (the all_reduce):
@@ -339,11 +355,11 @@ int main(int argc, char** argv) {
     std::printf("no GPU here: %s\n", pl::cuda_unavailable_reason().c_str());
     return 0;
   }
-  // The NCCL engine is what is measured (it is opt-in in the library for now); PALLADIUM_NCCL=0
-  // measures collectives staged through the host instead.
-  ::setenv("PALLADIUM_NCCL", "1", 0);
+  // The NCCL engine (the default) is what is measured; PALLADIUM_NCCL=0 measures collectives
+  // staged through the host instead.
+  const char* engine = std::getenv("PALLADIUM_NCCL");
   std::printf("%d GPUs: %s; collectives through %s\n", gpus(), pl::device_description(pl::cuda_device(0)).c_str(),
-              std::string(std::getenv("PALLADIUM_NCCL")) == "1" ? "NCCL" : "host memory");
+              engine && std::string(engine) == "0" ? "host memory" : "NCCL");
   std::vector<std::string> want(argv + 1, argv + argc);
   auto on = [&](const char* s) { return want.empty() || std::find(want.begin(), want.end(), s) != want.end(); };
   if (on("collectives")) bench_collectives();

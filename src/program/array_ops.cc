@@ -173,6 +173,16 @@ Array matmul(const Array& a0, const Array& b0) {
   const DType t = program::promote_types(a.dtype(), b.dtype());
   a = cast(a, t == bool_ ? i32 : t);
   b = cast(b, t == bool_ ? i32 : t);
+  if (a.ndim() > 2 && b.ndim() == 2) {
+    // (..., m, k) x (k, n): the leading dimensions fold into the rows, so that this is one GEMM and
+    // b's gradient one contraction over all of them (accumulated in float32), not a batch of
+    // products of b's copies summed afterwards.
+    Shape lead(a.shape().begin(), a.shape().end() - 1);
+    Array r = program::bind1(Prim::matmul, {}, {reshape(a, {-1, a.shape().back()}), b});
+    lead.push_back(b.shape()[1]);
+    if (vec_b) lead.pop_back();
+    return reshape(r, lead);
+  }
   Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
   const Shape batch = program::broadcast_shapes(ba, bb, "matmul");
   auto with_batch = [&](const Array& x) {
@@ -281,10 +291,13 @@ Array pad(const Array& x, const std::vector<std::pair<int64_t, int64_t>>& widths
   PL_CHECK(static_cast<int64_t>(widths.size()) == x.ndim(), "pad: ", widths.size(), " (low, high) pairs for an array of rank ",
            x.ndim(), program::trace_location());
   Params q;
+  bool none = true;  // a pad of nothing is x itself (slice's gradient pads one dimension at a time)
   for (auto [l, h] : widths) {
     q.lo.push_back(l);
     q.hi.push_back(h);
+    none = none && l == 0 && h == 0;
   }
+  if (none) return x;
   q.scalar = value;
   return program::bind1(Prim::pad, q, {x});
 }

@@ -1,6 +1,6 @@
 // Several processes through MPI (Debian's OpenMPI): pl::distributed::initialize() joins the
 // processes mpirun started; each brings PALLADIUM_CPU_DEVICES devices, numbered process by
-// process, and runs the threads of its own devices. Between processes the collectives exchange
+// process (or an equal share of the one host's GPUs), and runs the threads of its own devices. Between processes the collectives exchange
 // pieces with non-blocking point-to-point messages on a communicator of Palladium's own: tags
 // name the sending and receiving device, and MPI's ordering per (sender, tag) keeps successive
 // collectives apart. Waits poll with a deadline, so a process that died or runs another program
@@ -183,6 +183,13 @@ void broadcast_from(Array& buf, int root) {
 
 int64_t cpu_devices_from_env();  // mesh.cc
 
+int64_t gpus_per_process(int gpus, int processes) {
+  PL_CHECK(processes > 0 && gpus % processes == 0, "distributed::initialize: ", processes,
+           " processes cannot share this host's ", gpus, " GPUs equally; start a number of processes that divides ", gpus,
+           " (or set CUDA_VISIBLE_DEVICES, or PALLADIUM_PLATFORM=cpu)");
+  return gpus / processes;
+}
+
 }  // namespace sharding
 
 namespace distributed {
@@ -208,16 +215,30 @@ void initialize() {
   MPI_Comm_set_errhandler(p.comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(p.comm, &p.rank);
   MPI_Comm_size(p.comm, &p.size);
-  PL_CHECK(p.size == 1 || sharding::sharding_gpu_count() == 0, "distributed::initialize: GPUs across processes need the NCCL "
-                                                    "engine, which is not built yet; run one process with all GPUs (or PALLADIUM_PLATFORM=cpu)");
-  p.per_process = sharding::cpu_devices_from_env();
+  const int gpus = sharding::sharding_gpu_count();
+  if (gpus > 0) {
+    // GPUs: the processes share one host and its GPUs, each owning an equal run of them (process r
+    // the GPUs r * per .. r * per + per - 1), so a device's number is its CUDA ordinal everywhere.
+    char host[MPI_MAX_PROCESSOR_NAME] = {};
+    int len = 0;
+    MPI_Get_processor_name(host, &len);
+    std::vector<char> hosts(static_cast<size_t>(p.size) * MPI_MAX_PROCESSOR_NAME);
+    MPI_Allgather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, hosts.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, p.comm);
+    for (int r = 0; r < p.size; ++r) {
+      const std::string other(hosts.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+      PL_CHECK(other == host, "distributed::initialize: process ", r, " runs on host '", other, "' but process ", p.rank,
+               " on '", host, "'; GPUs across hosts are not supported yet: run every process on one host, or use "
+               "PALLADIUM_PLATFORM=cpu");
+    }
+  }
+  p.per_process = gpus > 0 ? sharding::gpus_per_process(gpus, p.size) : sharding::cpu_devices_from_env();
   std::vector<long long> counts(static_cast<size_t>(p.size));
   long long mine = p.per_process;
   MPI_Allgather(&mine, 1, MPI_LONG_LONG, counts.data(), 1, MPI_LONG_LONG, p.comm);
   for (int r = 0; r < p.size; ++r)
     PL_CHECK(counts[static_cast<size_t>(r)] == mine, "distributed::initialize: process ", r, " brings ",
              counts[static_cast<size_t>(r)], " devices but process ", p.rank, " brings ", mine,
-             "; every process must bring the same number (PALLADIUM_CPU_DEVICES)");
+             "; every process must bring the same number (", gpus > 0 ? "GPUs" : "PALLADIUM_CPU_DEVICES", ")");
   p.initialized = true;
 #else
   throw Error("distributed::initialize: Palladium was built without MPI; install libopenmpi-dev (tools/install_deps.sh) "

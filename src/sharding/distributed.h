@@ -12,6 +12,8 @@ namespace palladium::sharding {
 
 // GPUs that devices() lists: 0 under PALLADIUM_PLATFORM=cpu.
 int sharding_gpu_count();
+// The GPUs each of `processes` processes on one host owns; an error unless they divide evenly.
+int64_t gpus_per_process(int gpus, int processes);
 // Devices each process brings (equal in every process), and whether several processes take part.
 int64_t devices_per_process();
 bool multi_process();

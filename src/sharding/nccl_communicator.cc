@@ -314,10 +314,10 @@ class NcclCommunicator final : public Communicator {
 std::unique_ptr<Communicator> with_nccl(const Mesh& mesh, std::unique_ptr<Communicator> host) {
   for (const Device& d : mesh.devices())
     if (d.kind != Device::cuda) return host;
-  // Opt-in until a GPU run confirms that the enqueue window (run()) ends the hang seen on two
-  // H100s (docs/sharding.md, "GPUs").
+  // PALLADIUM_NCCL=0 stages the collectives through the host instead (for comparison, or where
+  // NCCL misbehaves).
   const char* env = std::getenv("PALLADIUM_NCCL");
-  if (!env || std::string(env) != "1") return host;
+  if (env && std::string(env) == "0") return host;
   const NcclApi* api = nccl();
   if (!api) return host;
   return std::make_unique<NcclCommunicator>(mesh, std::move(host), *api);

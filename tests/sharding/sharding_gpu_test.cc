@@ -2,9 +2,9 @@
 // programs with each kind of inserted collective, against the same calls on as many virtual CPU
 // devices (the in-process engine, which the rest of the suite checks against float64 references)
 // and against float64 references. Skipped without GPUs; PALLADIUM_REQUIRE_NCCL=1 makes a missing
-// NCCL a failure instead of a fall-back to host staging. The engine is opt-in (PALLADIUM_NCCL=1),
-// which these tests set. On two H100s they hung at stop 22 before the engine queued its operations
-// inside a window that all members enter and leave together (docs/sharding.md, "GPUs").
+// NCCL a failure instead of a fall-back to host staging. The engine is the default between GPUs
+// (PALLADIUM_NCCL=0 turns it off). On two H100s they hung at stop 22 before the engine queued its
+// operations inside a window that all members enter and leave together (docs/sharding.md, "GPUs").
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -46,7 +46,7 @@ Array on(const char* platform, int n, const std::function<Array(const pl::Mesh&)
   return pl::to_host(out);
 }
 
-// GPUs, with the NCCL engine asked for (it is opt-in: PALLADIUM_NCCL=1).
+// GPUs, with the NCCL engine (the default; set here so that a caller's PALLADIUM_NCCL=0 does not hide it).
 #define NEED_GPUS()                                          \
   const int n = pl::cuda_device_count();                     \
   if (n == 0) GTEST_SKIP() << "no GPU here";                 \
@@ -72,7 +72,7 @@ TEST(ShardingNccl, TheEngineBetweenGpusIsNccl) {
   ScopedEnv off("PALLADIUM_NCCL", "0");
   EXPECT_EQ(pl::sharding::make_communicator(mesh)->name(), "in-process");
   ScopedEnv unset("PALLADIUM_NCCL", "");
-  EXPECT_EQ(pl::sharding::make_communicator(mesh)->name(), "in-process");  // opt-in for now
+  EXPECT_EQ(pl::sharding::make_communicator(mesh)->name(), api ? "nccl (over in-process)" : "in-process");  // the default
 }
 
 // Every collective of shard_map on the GPUs equals the same call on virtual CPU devices: exactly

@@ -10,6 +10,7 @@
 #include "ops/attention.h"
 #include "palladium/palladium.h"
 #include "sharding/communicator.h"
+#include "sharding/distributed.h"
 #include "tests/support/test_support.h"
 
 namespace pl = palladium;
@@ -269,7 +270,11 @@ TEST(Sharding, SeedErrorsHaveMessages) {
 // only, not to the whole batch and cut afterwards.
 TEST(Sharding, BroadcastOverASplitBatchIsLocal) {
   NEED_CPU_DEVICES(2);
-  auto f = [](const Array& w, const Array& x) { return pl::jnp::tanh(pl::jnp::matmul(x, w)); };
+  // A batched matmul against weights broadcast over the batch (jnp::matmul folds a 2-D right
+  // operand's batch into rows instead, so the broadcast is written out).
+  auto f = [](const Array& w, const Array& x) {
+    return pl::jnp::tanh(pl::jnp::matmul(x, pl::jnp::broadcast_to(w, {4, 6, 5})));
+  };
   const Array w = randn({6, 5}, 13), x = randn({4, 3, 6}, 14);
   auto g = pl::sharded_jit(f, {pl::None, PartitionSpec(2, 1, 1)}, PartitionSpec(2, 1, 1));
   EXPECT_LT(pl::rel_error(pl::to_host(g(w, x)), f(w.astype(pl::f64), x.astype(pl::f64))), 1e-6);
@@ -599,6 +604,17 @@ TEST(ShardingScan, WhileLoopAndCondArePartitioned) {
   const std::string low = g.lower(x);
   EXPECT_FALSE(contains(low, "= all_gather")) << low;  // the carries never leave their devices
   EXPECT_TRUE(contains(low, "all_reduce")) << low;     // the conditions' sums
+}
+
+// Processes sharing one host's GPUs each own an equal run of them; an uneven split is refused
+// before any device is touched.
+TEST(Sharding, GpusAcrossProcessesSplitEvenly) {
+  EXPECT_EQ(pl::sharding::gpus_per_process(8, 4), 2);
+  EXPECT_EQ(pl::sharding::gpus_per_process(2, 2), 1);
+  const std::string message = error_message([] { (void)pl::sharding::gpus_per_process(3, 2); });
+  EXPECT_NE(message.find("distributed::initialize: 2 processes cannot share this host's 3 GPUs equally"),
+            std::string::npos)
+      << message;
 }
 
 }  // namespace
