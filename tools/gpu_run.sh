@@ -4,8 +4,8 @@
 #            ops, core) and the examples, with PALLADIUM_BACKEND=cuda;
 #   bench    bench/cuda_bench (Palladium vs cuBLASLt, copy bandwidth, attention, compile, launch);
 #   peers    the peer scripts (../shared/peers copied to .peers/): torch, then JAX attention;
-#   multigpu on a machine with several GPUs: the sharding tests on them through NCCL, then
-#            bench/multi_gpu_bench (NCCL called directly, one GPU).
+#   multigpu on a machine with several GPUs: the sharding tests on them through NCCL (one process,
+#            and two under mpirun), then bench/multi_gpu_bench (NCCL called directly, one GPU).
 # Usage: tools/gpu_run.sh [tests] [quicktests] [bench] [profile] [peers] [multigpu]
 #        (default: tests bench peers)
 # Binaries come from $PL_BIN (default .peers/gpu/bin, prebuilt on the development machine);
@@ -102,11 +102,17 @@ for part in "${parts[@]}"; do
       unset PALLADIUM_BACKEND
       ;;
     multigpu)
-      # The NCCL engine is opt-in in the library for now (docs/sharding.md, "GPUs"): the tests and
-      # the bench ask for it; NVLink multicast stays off.
+      # The sharding tests on the GPUs through NCCL (the default engine; a missing NCCL fails them),
+      # in one process and as two processes sharing the GPUs, then the bench. NVLink multicast
+      # stays off.
       export NCCL_NVLS_ENABLE=0
       PALLADIUM_REQUIRE_NCCL=1 stage sharding_gpus ${PL_T_SHARDING:-120} "$BIN/test_sharding" \
         --gtest_filter='ShardingNccl*:ShardingGpu*'
+      if [ -x "$BIN/test_mpi" ] && command -v mpirun >/dev/null; then
+        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none \
+          PALLADIUM_COLLECTIVE_TIMEOUT_S=60 stage mpi_gpus 120 mpirun -np 2 -x NCCL_NVLS_ENABLE \
+          -x PALLADIUM_COLLECTIVE_TIMEOUT_S "$BIN/test_mpi" --gtest_filter='MpiGpu*'
+      fi
       stage multi_gpu_bench ${PL_T_MULTI:-300} "$BIN/multi_gpu_bench"
       grep -E "^(ROW|CHECK|FAIL|NOTE)" "$OUT/multi_gpu_bench.log"
       ;;

@@ -3,18 +3,22 @@
 #include "program/executor.h"
 #include "program/executor_step.h"
 
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "core/grid_mapping.h"
 #include "palladium/device.h"
 #include "palladium/numpy.h"
+#include "palladium/stream.h"
 #include "program/control_flow.h"
 #include "program/families.h"
 #include "program/pallas_call_prim.h"
+#include "program/step_profile.h"
 #include "program/trace.h"
 #include "sharding/collectives.h"
 
@@ -152,6 +156,10 @@ std::vector<Array> Executable::run(const std::vector<Array>& inputs) const {
             inputs.size());
   std::vector<Array> at_device;
   for (const Array& a : inputs) at_device.push_back(placed(a, device_));
+  // On a GPU every step runs on the device's current stream, kernels without inputs included
+  // (they would otherwise make host results and wait for the GPU).
+  std::optional<StreamScope> on_stream;
+  if (device_.kind == Device::cuda) on_stream.emplace(current_stream(device_));
   if (graph_)
     if (std::optional<std::vector<Array>> r = run_graphed(at_device)) return std::move(*r);
   return run_steps(at_device, nullptr);
@@ -167,9 +175,26 @@ std::vector<Array> Executable::run_steps(const std::vector<Array>& inputs, std::
     for (int v : vs) a.push_back(env[static_cast<size_t>(v)]);
     return a;
   };
+  const std::unique_ptr<StepProfile> profile = keep ? nullptr : StepProfile::start(p.name, device_);
+  // Results of collectives that the device's stream has not been ordered after yet (so that the
+  // collective overlaps the steps in between), by variable: joined before a step reads one, before
+  // one is freed, and at the end.
+  std::map<int, std::shared_ptr<std::function<void()>>> unjoined;
+  auto join = [&](int v) {
+    auto it = unjoined.find(v);
+    if (it == unjoined.end()) return;
+    const std::shared_ptr<std::function<void()>> order = it->second;
+    unjoined.erase(it);
+    if (*order) std::exchange(*order, nullptr)();
+  };
   for (size_t k = 0; k < steps_.size(); ++k) {
     const Step& s = *steps_[k];
     std::vector<Array> outs;
+    if (!unjoined.empty()) {
+      for (int v : s.ins) join(v);
+      if (s.kind == Step::Kind::kernel)
+        for (int v : s.kernel.ins) join(v);
+    }
     switch (s.kind) {
       case Step::Kind::kernel: {
         bool empty_result = false;
@@ -193,9 +218,15 @@ std::vector<Array> Executable::run_steps(const std::vector<Array>& inputs, std::
         outs = {s.eqn->prim == Prim::reshape ? env[static_cast<size_t>(s.ins[0])].reshape(s.eqn->params.shape)
                                              : env[static_cast<size_t>(s.ins[0])]};
         break;
-      case Step::Kind::collective:
-        outs = sharding::run_collective(*s.eqn, read(s.ins));
+      case Step::Kind::collective: {
+        std::function<void()> order;
+        outs = sharding::run_collective(*s.eqn, read(s.ins), keep ? nullptr : &order);
+        if (order) {
+          auto shared = std::make_shared<std::function<void()>>(std::move(order));
+          for (int v : s.outs) unjoined[v] = shared;
+        }
         break;
+      }
       case Step::Kind::user_call:
         outs = detail::invoke(*std::static_pointer_cast<const detail::CallImpl>(s.eqn->params.callee),
                               with_none_inputs(s.eqn->params, read(s.ins)));
@@ -209,8 +240,14 @@ std::vector<Array> Executable::run_steps(const std::vector<Array>& inputs, std::
     }
     for (size_t o = 0; o < s.outs.size(); ++o) env[static_cast<size_t>(s.outs[o])] = std::move(outs[o]);
     if (!keep)
-      for (int v : frees_[k]) env[static_cast<size_t>(v)] = Array();
+      for (int v : frees_[k]) {
+        join(v);
+        env[static_cast<size_t>(v)] = Array();
+      }
+    if (profile) profile->step_done(s.label);
   }
+  while (!unjoined.empty()) join(unjoined.begin()->first);
+  if (profile) profile->finish();
   std::vector<Array> result = read(p.outputs);
   if (keep) *keep = std::move(env);
   return result;

@@ -126,7 +126,7 @@ std::vector<Array> over_exchange(const Eqn& e, const std::vector<Array>& ins, co
 
 }  // namespace
 
-std::vector<Array> run_collective(const Eqn& e, const std::vector<Array>& ins) {
+std::vector<Array> run_collective(const Eqn& e, const std::vector<Array>& ins, std::function<void()>* join) {
   const SpmdContext* ctx = spmd_context();
   if (ctx == nullptr)
     throw Error(std::string(program::prim_name(e.prim)) +
@@ -134,7 +134,7 @@ std::vector<Array> run_collective(const Eqn& e, const std::vector<Array>& ins) {
   const auto* mesh = static_cast<const Mesh*>(e.params.callee.get());
   int64_t me = 0;
   const std::vector<int64_t> group = group_of(*mesh, axes_of(e), ctx->position, &me);
-  if (std::optional<std::vector<Array>> done = ctx->comm->native(e, ctx->position, group, me, ins))
+  if (std::optional<std::vector<Array>> done = ctx->comm->native(e, ctx->position, group, me, ins, join))
     return std::move(*done);
   std::vector<Array> outs = over_exchange(e, ins, ctx, group, me);
   // Results stay on the device whose program this is (the exchange went through the host).

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -34,18 +35,21 @@ class Communicator {
   // The engine, for messages and tests: "in-process", "mpi", "nccl (over in-process)".
   virtual std::string name() const = 0;
   // The engine's own implementation of collective `e` for the device at `position` (`me` in
-  // `group`), or nullopt where it has none: the collective is then done over exchange.
+  // `group`), or nullopt where it has none: the collective is then done over exchange. Where
+  // `join` is given, an engine that runs the collective beside the device's stream may leave the
+  // stream unordered after it and set *join to the call that orders it: the caller makes that call
+  // before anything reads the results (the collective then overlaps the work in between).
   virtual std::optional<std::vector<Array>> native(const program::Eqn& e, int64_t position,
                                                    const std::vector<int64_t>& group, int64_t me,
-                                                   const std::vector<Array>& ins) {
-    (void)e, (void)position, (void)group, (void)me, (void)ins;
+                                                   const std::vector<Array>& ins, std::function<void()>* join) {
+    (void)e, (void)position, (void)group, (void)me, (void)ins, (void)join;
     return std::nullopt;
   }
 };
 
 // The NCCL engine over `host` (which it uses to meet and to share NCCL's ids), where every device
-// of `mesh` is a CUDA GPU, PALLADIUM_NCCL=1 asks for it and NCCL loads; else `host` itself
-// (collectives between GPUs then travel through host memory).
+// of `mesh` is a CUDA GPU and NCCL loads, unless PALLADIUM_NCCL=0; else `host` itself (collectives
+// between GPUs then travel through host memory).
 std::unique_ptr<Communicator> with_nccl(const Mesh& mesh, std::unique_ptr<Communicator> host);
 
 // How long a device waits in a collective: PALLADIUM_COLLECTIVE_TIMEOUT_S (default 300 s).

@@ -7,6 +7,7 @@
 // used, which ends the operations the other GPUs are waiting in.
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -130,7 +131,8 @@ class NcclCommunicator final : public Communicator {
   }
 
   std::optional<std::vector<Array>> native(const Eqn& e, int64_t position, const std::vector<int64_t>& group,
-                                           int64_t me, const std::vector<Array>& ins) override {
+                                           int64_t me, const std::vector<Array>& ins,
+                                           std::function<void()>* join) override {
     const Device dev = mesh_.devices()[static_cast<size_t>(position)];
     if (dev.kind != Device::cuda || ins.empty() || ins[0].is_sharded()) return std::nullopt;
     const std::string what = program::prim_name(e.prim);
@@ -142,9 +144,10 @@ class NcclCommunicator final : public Communicator {
         const std::optional<NcclType> t = reduction_type(x.dtype());
         const std::optional<NcclOp> op = reduction_op(e.params.name);
         if (!t || !op) return std::nullopt;
+        // The result is returned as NCCL leaves it: the program's stream may wait for it later.
         Array out = run(position, group, me, dev, x, x.shape(), what, [&](NcclComm c, CudaStream s, Array& o) {
           return api_.ncclAllReduce(x.data(), o.data(), static_cast<size_t>(x.size()), *t, *op, c, s);
-        });
+        }, false, join);
         return std::vector<Array>{out};
       }
       case Prim::all_gather: {
@@ -231,7 +234,8 @@ class NcclCommunicator final : public Communicator {
 
  private:
   // Queues `op` (given the group's communicator, the stream and a fresh result of `shape`, zeroed
-  // first if asked) on the engine's stream of the device, after the work that made `in`.
+  // first if asked) on the engine's stream of the device, after the work that made `in`; `join`
+  // as in Communicator::native.
   //
   // Every NCCL call is made inside a window that all members of the group enter together and
   // leave together, doing nothing else in it. Outside the window a device's host thread may block
@@ -243,7 +247,8 @@ class NcclCommunicator final : public Communicator {
   // until every member's part is queued: whatever is queued can then complete.
   template <class Op>
   Array run(int64_t position, const std::vector<int64_t>& group, int64_t me, Device dev, const Array& in,
-            const Shape& shape, const std::string& what, Op op, bool zero_result = false) {
+            const Shape& shape, const std::string& what, Op op, bool zero_result = false,
+            std::function<void()>* join = nullptr) {
     const NcclComm comm = comm_for(position, group, me, dev, what);
     const cuda::StreamRef compute = cuda::stream_ref(cuda::current_stream_for(what, dev.index));
     const cuda::StreamRef stream = collective_stream(dev.index);
@@ -259,8 +264,14 @@ class NcclCommunicator final : public Communicator {
     const ncclResult rc = op(comm, static_cast<CudaStream>(stream.handle), out);
     host_->exchange(position, group, token, what + " (every device has queued it)");
     check_nccl(rc, what + " on " + device_name(dev));
-    cuda::order_after(compute, stream, what);  // the program's later work sees the result
-    cuda::record_use(cuda::device_ptr(out), compute);
+    // The program's later work sees the result once its stream waits for the engine's: at once,
+    // or where the caller takes the join, when the result is first read.
+    auto order = [compute, stream, ptr = cuda::device_ptr(out), what] {
+      cuda::order_after(compute, stream, what);
+      cuda::record_use(ptr, compute);
+    };
+    if (join) *join = order;
+    else order();
     return out;
   }
 

@@ -216,6 +216,28 @@ TEST(CudaStreams, ScopesNestAndRestore) {
   EXPECT_TRUE(current_stream(kCuda0) == default_stream(kCuda0));
 }
 
+// A kernel with no inputs makes host results outside any scope; under a StreamScope on a GPU it
+// leaves them on that GPU, queued on the scope's stream (a compiled program's constant-making
+// kernels run so, instead of making the host wait for the GPU).
+TEST(CudaStreams, KernelsWithoutInputsFollowTheScopesDevice) {
+  PL_REQUIRE_GPU();
+  auto iota_rows = pl::pallas_call(
+      [](pl::Ref o_ref) { o_ref[pl::all] = jnp::zeros({kCols}, f32) + pl::program_id(0).astype(f32); },
+      pl::ShapeDtype({8, kCols}, f32), {.grid = {8}, .out_specs = {row_spec()}, .name = "iota_rows", .backend = "cuda"});
+  const Array on_host = iota_rows();
+  EXPECT_EQ(on_host.device().kind, Device::cpu);
+  const Stream s = new_stream(kCuda0);
+  Array on_gpu;
+  {
+    StreamScope scope(s);
+    on_gpu = iota_rows();
+  }
+  EXPECT_EQ(on_gpu.device(), kCuda0);
+  s.synchronize();
+  EXPECT_TRUE(pl::array_equal(pl::to_host(on_gpu), on_host));
+  EXPECT_EQ(on_host.to_doubles().at(3 * kCols + 5), 3.0);
+}
+
 TEST(CudaStreams, TwoStreamsRunIndependentChains) {
   PL_REQUIRE_GPU();
   const int64_t rows = 64;

@@ -175,7 +175,12 @@ Placement place_call(const std::string& kernel_name, const std::vector<Array>& i
                 " (the innermost StreamScope); open a StreamScope on a stream of " + dev->str() +
                 " or move the arrays with to_device");
   const int ordinal = dev ? dev->index : scoped_cuda ? scope->device().index : 0;
-  return Placement{ordinal, dev.has_value(), current_stream_for(call, ordinal)};
+  // A call with no inputs at all, under a StreamScope on a GPU, leaves its results on that GPU (a
+  // program's constant-making kernels): host results would mean waiting for the stream to finish.
+  bool any_input = false;
+  for (const Array& a : inputs) any_input = any_input || a.defined();
+  const bool on_device = dev.has_value() || (!any_input && scoped_cuda);
+  return Placement{ordinal, on_device, current_stream_for(call, ordinal)};
 }
 
 class CudaExecutable final : public backend::Executable {
