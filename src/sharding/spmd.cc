@@ -1,8 +1,14 @@
-// Running a per-device program: compiled once, run by one thread per local device of the mesh, each
-// with its SPMD context (position, communicator). The first failure aborts the communicator, so
+// Running a per-device program: compiled once, run by one thread per local device of the mesh (the
+// caller's, and threads kept between runs), each with its SPMD context (position, communicator). The first failure aborts the communicator, so
 // devices blocked in a collective fail too instead of waiting forever; the call reports that
 // first failure, naming its device.
+#include <condition_variable>
+#include <deque>
 #include <exception>
+#include <functional>
+#include <latch>
+#include <mutex>
+#include <string>
 #include <thread>
 
 #include "program/executor.h"
@@ -11,6 +17,50 @@
 #include "sharding/sharding.h"
 
 namespace palladium::sharding {
+
+namespace {
+
+// Threads for the devices of SPMD runs, kept between calls (a thread per device per call cost its
+// creation every call). A run's devices meet in collectives, so each task gets a thread at once:
+// a waiting thread takes it, or a new one is started. Threads live as long as the process.
+class DeviceThreads {
+ public:
+  void post(std::function<void()> task) {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(task));
+    // Threads counted idle that were woken but have not taken their task yet still count, so two
+    // posts in a row never share one thread.
+    if (static_cast<size_t>(idle_) >= queue_.size()) cv_.notify_one();
+    else std::thread([this] { loop(); }).detach();
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      ++idle_;
+      cv_.wait(lock, [&] { return !queue_.empty(); });
+      --idle_;
+      std::function<void()> task = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      task();  // never throws: run_spmd's body catches everything
+      lock.lock();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  int idle_ = 0;
+};
+
+DeviceThreads& device_threads() {
+  static DeviceThreads* t = new DeviceThreads;  // never destroyed: its threads wait on it until exit
+  return *t;
+}
+
+}  // namespace
 
 SpmdExecutable compile_spmd(const program::Program& local, const Mesh& mesh) {
   SpmdExecutable exes;
@@ -41,13 +91,20 @@ std::vector<std::vector<Array>> run_spmd(const SpmdExecutable& exe, const std::s
     ScopedSpmdContext scope(&ctx);
     try {
       outs[static_cast<size_t>(pos)] = exe[static_cast<size_t>(pos)]->run(inputs[static_cast<size_t>(pos)]);
-    } catch (const std::exception& e) {
+    } catch (...) {  // everything: this may run on a kept thread, which must not end
       errors[static_cast<size_t>(pos)] = std::current_exception();
+      std::string why = "an exception that is not a std::exception";
+      try {
+        throw;
+      } catch (const std::exception& e) {
+        why = e.what();
+      } catch (...) {
+      }
       std::lock_guard<std::mutex> lock(mu);
       if (!failed) {
         failed = true;
         first[static_cast<size_t>(pos)] = true;
-        comm.abort("device " + device_name(mesh->devices()[static_cast<size_t>(pos)]) + " failed: " + e.what());
+        comm.abort("device " + device_name(mesh->devices()[static_cast<size_t>(pos)]) + " failed: " + why);
       }
     }
   };
@@ -55,10 +112,14 @@ std::vector<std::vector<Array>> run_spmd(const SpmdExecutable& exe, const std::s
   std::vector<int64_t> mine;
   for (int64_t p = 0; p < n; ++p)
     if (is_local(mesh->devices()[static_cast<size_t>(p)])) mine.push_back(p);
-  std::vector<std::thread> threads;
-  for (size_t i = 1; i < mine.size(); ++i) threads.emplace_back(body, mine[i]);
+  std::latch others_done(static_cast<std::ptrdiff_t>(mine.empty() ? 0 : mine.size() - 1));
+  for (size_t i = 1; i < mine.size(); ++i)
+    device_threads().post([&, pos = mine[i]] {
+      body(pos);
+      others_done.count_down();
+    });
   if (!mine.empty()) body(mine[0]);
-  for (std::thread& t : threads) t.join();
+  others_done.wait();
   for (int64_t p = 0; p < n; ++p)
     if (first[static_cast<size_t>(p)]) {
       try {
