@@ -351,12 +351,13 @@ void bench_step(int64_t seq) {
     }
     auto [g1a, g1b] = one(w1, o1, x1, y1);
     auto [gna, gnb] = split(wn, on, xn, yn);
-    // bfloat16 gradients summed in another order, with one more bfloat16 rounding (the all_reduce):
-    // a few units of 2^-8.
+    // One GPU rounds each gradient to bfloat16 once; over the GPUs each partial gradient is rounded,
+    // then their bfloat16 sum: up to two more roundings of 2^-9 each (2.8e-3 measured on two H100s
+    // and two H200s, stop 23).
     check("data-parallel gradients equal one GPU's",
           std::max(pl::rel_error(pl::to_host(gna).astype(pl::f64), pl::to_host(g1a).astype(pl::f64)),
                    pl::rel_error(pl::to_host(gnb).astype(pl::f64), pl::to_host(g1b).astype(pl::f64))),
-          2e-2);
+          3.0 / 512);
   } catch (const std::exception& e) {
     any_failure = true;
     std::printf("FAIL dp step: %s\n", e.what());

@@ -24,10 +24,6 @@ execute_process(COMMAND "${python}" -c
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "the venv's jax has neither jax.ffi.include_dir() nor jax.extend.ffi.include_dir()")
 endif()
-run("cmake --install" ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${tmp}/prefix")
-run("configure examples/jax" ${CMAKE_COMMAND} -S "${SOURCE_DIR}/examples/jax" -B "${tmp}/build" -G "${GENERATOR}"
-    "-DCMAKE_PREFIX_PATH=${tmp}/prefix" "-DCMAKE_CXX_COMPILER=${CXX}" -DCMAKE_BUILD_TYPE=Release
-    "-DJAXLIB_INCLUDE_DIR=${include_dir}")
-run("build examples/jax" ${CMAKE_COMMAND} --build "${tmp}/build")
+build_example(jax "-DJAXLIB_INCLUDE_DIR=${include_dir}")
 run("attention from JAX" "${python}" "${SOURCE_DIR}/examples/jax/attention_from_jax.py" "${tmp}/build/libpalladium_jax.so")
 file(REMOVE_RECURSE "${tmp}")

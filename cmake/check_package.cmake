@@ -5,10 +5,7 @@
 set(CHECK_NAME package-check)
 include(${CMAKE_CURRENT_LIST_DIR}/check_common.cmake)
 
-run("cmake --install" ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${tmp}/prefix")
-run("configure the consumer" ${CMAKE_COMMAND} -S "${SOURCE_DIR}/examples/consumer" -B "${tmp}/build" -G "${GENERATOR}"
-    "-DCMAKE_PREFIX_PATH=${tmp}/prefix" "-DCMAKE_CXX_COMPILER=${CXX}" -DCMAKE_BUILD_TYPE=Release)
-run("build the consumer" ${CMAKE_COMMAND} --build "${tmp}/build")
+build_example(consumer)
 run("run the consumer" "${tmp}/build/consumer")
 
 find_program(PKG_CONFIG pkg-config)

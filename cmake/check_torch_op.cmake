@@ -20,10 +20,7 @@ if(NOT rc EQUAL 0)
 endif()
 set(CHECK_NAME torch-op-check)
 include(${CMAKE_CURRENT_LIST_DIR}/check_common.cmake)
-run("cmake --install" ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${tmp}/prefix")
-run("configure examples/torch" ${CMAKE_COMMAND} -S "${SOURCE_DIR}/examples/torch" -B "${tmp}/build" -G "${GENERATOR}"
-    "-DCMAKE_PREFIX_PATH=${tmp}/prefix" "-DCMAKE_CXX_COMPILER=${CXX}" -DCMAKE_BUILD_TYPE=Release)
-run("build examples/torch" ${CMAKE_COMMAND} --build "${tmp}/build")
+build_example(torch)
 run("attention from torch" "${python}" "${SOURCE_DIR}/examples/torch/attention_from_torch.py"
     "${tmp}/build/libpalladium_torch.so" cpu ${gpu})
 file(REMOVE_RECURSE "${tmp}")

@@ -42,22 +42,20 @@ pl::ops::MhaOptions options(double sm_scale, int causal) {
   return o;
 }
 
-// Runs f with the device's stream set to `stream` where the arrays are on a GPU.
-template <class F> int guarded(const pl::Array& first, void* stream, char* error, size_t error_len, F f) {
+// Adopts `tensors` and runs f on them, on `stream` where they are on a GPU. Returns 0, or 1 with the
+// error's message in `error`.
+template <class F>
+int guarded(const std::vector<DLManagedTensor*>& tensors, void* stream, char* error, size_t error_len, F f) {
   try {
+    const std::vector<pl::Array> in = adopt(tensors);
     std::optional<pl::StreamScope> on_stream;
-    if (first.device().kind == pl::Device::cuda) on_stream.emplace(pl::external_stream(first.device(), stream));
-    f();
+    if (in[0].device().kind == pl::Device::cuda) on_stream.emplace(pl::external_stream(in[0].device(), stream));
+    f(in);
     return 0;
   } catch (const std::exception& e) {
     if (error_len > 0) std::snprintf(error, error_len, "%s", e.what());
     return 1;
   }
-}
-
-int report(const std::exception& e, char* error, size_t error_len) {
-  if (error_len > 0) std::snprintf(error, error_len, "%s", e.what());
-  return 1;
 }
 
 }  // namespace
@@ -68,13 +66,7 @@ extern "C" {
 int palladium_torch_mha_forward(DLManagedTensor* q, DLManagedTensor* k, DLManagedTensor* v, double sm_scale,
                                 int causal, void* stream, DLManagedTensor** out, DLManagedTensor** lse, char* error,
                                 size_t error_len) {
-  std::vector<pl::Array> in;
-  try {
-    in = adopt({q, k, v});
-  } catch (const std::exception& e) {
-    return report(e, error, error_len);
-  }
-  return guarded(in[0], stream, error, error_len, [&] {
+  return guarded({q, k, v}, stream, error, error_len, [&](const std::vector<pl::Array>& in) {
     auto [o, l] = pl::ops::mha_forward(in[0], in[1], in[2], pl::Array(), options(sm_scale, causal));
     *out = pl::to_dlpack(o);
     *lse = pl::to_dlpack(l);
@@ -86,13 +78,7 @@ int palladium_torch_mha_backward(DLManagedTensor* q, DLManagedTensor* k, DLManag
                                  DLManagedTensor* lse, DLManagedTensor* dout, double sm_scale, int causal,
                                  void* stream, DLManagedTensor** dq, DLManagedTensor** dk, DLManagedTensor** dv,
                                  char* error, size_t error_len) {
-  std::vector<pl::Array> in;
-  try {
-    in = adopt({q, k, v, out, lse, dout});
-  } catch (const std::exception& e) {
-    return report(e, error, error_len);
-  }
-  return guarded(in[0], stream, error, error_len, [&] {
+  return guarded({q, k, v, out, lse, dout}, stream, error, error_len, [&](const std::vector<pl::Array>& in) {
     auto [gq, gk, gv] =
         pl::ops::mha_backward(in[0], in[1], in[2], pl::Array(), in[3], in[4], in[5], options(sm_scale, causal));
     *dq = pl::to_dlpack(gq);

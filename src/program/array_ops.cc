@@ -173,26 +173,34 @@ Array matmul(const Array& a0, const Array& b0) {
   const DType t = program::promote_types(a.dtype(), b.dtype());
   a = cast(a, t == bool_ ? i32 : t);
   b = cast(b, t == bool_ ? i32 : t);
+  // Over an empty contraction the product is zeros (there is no block of k for a kernel to run).
+  auto product = [](const Array& x, const Array& y) {
+    if (x.shape().back() != 0) return program::bind1(Prim::matmul, {}, {x, y});
+    Shape s(x.shape().begin(), x.shape().end() - 1);
+    s.push_back(y.shape().back());
+    return lax::full(s, 0.0, x.dtype());
+  };
+  Array r;
+  Shape out;
   if (a.ndim() > 2 && b.ndim() == 2) {
     // (..., m, k) x (k, n): the leading dimensions fold into the rows, so that this is one GEMM and
     // b's gradient one contraction over all of them (accumulated in float32), not a batch of
     // products of b's copies summed afterwards.
-    Shape lead(a.shape().begin(), a.shape().end() - 1);
-    Array r = program::bind1(Prim::matmul, {}, {reshape(a, {-1, a.shape().back()}), b});
-    lead.push_back(b.shape()[1]);
-    if (vec_b) lead.pop_back();
-    return reshape(r, lead);
+    out.assign(a.shape().begin(), a.shape().end() - 1);
+    r = product(reshape(a, {numel(out), a.shape().back()}), b);
+    out.push_back(b.shape()[1]);
+  } else {
+    Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+    const Shape batch = program::broadcast_shapes(ba, bb, "matmul");
+    auto with_batch = [&](const Array& x) {
+      Shape s = batch;
+      s.push_back(x.shape()[x.shape().size() - 2]);
+      s.push_back(x.shape().back());
+      return x.shape() == s ? x : broadcast_to(x, s);
+    };
+    r = product(with_batch(a), with_batch(b));
+    out = r.shape();
   }
-  Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
-  const Shape batch = program::broadcast_shapes(ba, bb, "matmul");
-  auto with_batch = [&](const Array& x) {
-    Shape s = batch;
-    s.push_back(x.shape()[x.shape().size() - 2]);
-    s.push_back(x.shape().back());
-    return x.shape() == s ? x : broadcast_to(x, s);
-  };
-  Array r = program::bind1(Prim::matmul, {}, {with_batch(a), with_batch(b)});
-  Shape out = r.shape();
   if (vec_b) out.erase(out.end() - 1);
   if (vec_a) out.erase(out.end() - (vec_b ? 1 : 2));
   return out == r.shape() ? r : reshape(r, out);

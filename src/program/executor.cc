@@ -190,11 +190,8 @@ std::vector<Array> Executable::run_steps(const std::vector<Array>& inputs, std::
   for (size_t k = 0; k < steps_.size(); ++k) {
     const Step& s = *steps_[k];
     std::vector<Array> outs;
-    if (!unjoined.empty()) {
-      for (int v : s.ins) join(v);
-      if (s.kind == Step::Kind::kernel)
-        for (int v : s.kernel.ins) join(v);
-    }
+    if (!unjoined.empty())
+      for (int v : s.ins) join(v);  // a step's inputs (a kernel's operands among them)
     switch (s.kind) {
       case Step::Kind::kernel: {
         bool empty_result = false;

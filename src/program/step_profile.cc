@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <string>
 
 #include "backends/cuda/device_runtime.h"
 #include "backends/cuda/stream.h"
@@ -57,7 +58,9 @@ void StepProfile::finish() {
     auto& d = cuda::require_driver();
     cuda::check_driver(d.cuEventSynchronize(static_cast<cuda::CUevent>(events_.back())), "step profile: waiting");
     for (size_t k = 0; k < labels_.size(); ++k)
-      d.cuEventElapsedTime(&gpu_ms[k], static_cast<cuda::CUevent>(events_[k]), static_cast<cuda::CUevent>(events_[k + 1]));
+      cuda::check_driver(d.cuEventElapsedTime(&gpu_ms[k], static_cast<cuda::CUevent>(events_[k]),
+                                              static_cast<cuda::CUevent>(events_[k + 1])),
+                         "step profile: reading the GPU time of step " + std::to_string(k));
   }
   static std::mutex mu;  // lines of programs run by several device threads do not interleave
   std::lock_guard<std::mutex> lock(mu);

@@ -1,10 +1,10 @@
 // Several processes through MPI (Debian's OpenMPI): pl::distributed::initialize() joins the
 // processes mpirun started; each brings PALLADIUM_CPU_DEVICES devices, numbered process by
-// process (or an equal share of the one host's GPUs), and runs the threads of its own devices. Between processes the collectives exchange
-// pieces with non-blocking point-to-point messages on a communicator of Palladium's own: tags
-// name the sending and receiving device, and MPI's ordering per (sender, tag) keeps successive
-// collectives apart. Waits poll with a deadline, so a process that died or runs another program
-// gives an error on every rank rather than a hang.
+// process (or an equal share of the one host's GPUs), and runs the threads of its own devices.
+// Between processes the collectives exchange pieces with non-blocking point-to-point messages on a
+// communicator of Palladium's own: tags name the sending and receiving device, and MPI's ordering
+// per (sender, tag) keeps successive collectives apart. Waits poll with a deadline, so a process
+// that died or runs another program gives an error on every rank rather than a hang.
 #include "sharding/distributed.h"
 
 #include <chrono>

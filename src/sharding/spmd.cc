@@ -1,7 +1,7 @@
 // Running a per-device program: compiled once, run by one thread per local device of the mesh (the
-// caller's, and threads kept between runs), each with its SPMD context (position, communicator). The first failure aborts the communicator, so
-// devices blocked in a collective fail too instead of waiting forever; the call reports that
-// first failure, naming its device.
+// caller's, and threads kept between runs), each with its SPMD context (position, communicator).
+// The first failure aborts the communicator, so devices blocked in a collective fail too instead
+// of waiting forever; the call reports that first failure, naming its device.
 #include <condition_variable>
 #include <deque>
 #include <exception>

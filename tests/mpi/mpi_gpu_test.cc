@@ -70,9 +70,7 @@ TEST(MpiGpu, ShardMapCollectivesMatchFloat64) {
 // through NCCL, against the float64 gradient of the whole batch.
 TEST(MpiGpu, DataParallelGradientMatchesFloat64) {
   NEED_GPUS();
-  auto loss = [](const Array& w, const Array& x, const Array& y) {
-    return pl::jnp::mean(pl::jnp::square(pl::jnp::tanh(pl::jnp::matmul(x, w)) - y));
-  };
+  auto loss = palladium::test_support::tanh_regression_loss;
   const Array w = randn({32, 8}, 211), x = randn({64 * n, 32}, 212), y = randn({64 * n, 8}, 213);
   pl::ShardedJitOptions o;
   o.num_partitions = n;

@@ -29,9 +29,7 @@ TEST(Mpi, DevicesSpanProcesses) {
 }
 
 TEST(Mpi, ShardedJitDataParallelMatchesUnsharded) {
-  auto loss = [](const Array& w, const Array& x, const Array& y) {
-    return pl::jnp::mean(pl::jnp::square(pl::jnp::tanh(pl::jnp::matmul(x, w)) - y));
-  };
+  auto loss = palladium::test_support::tanh_regression_loss;
   auto step = [loss](const Array& w, const Array& x, const Array& y) { return pl::value_and_grad(loss)(w, x, y); };
   Array w = randn({8, 3}, 1), x = randn({16, 8}, 2), y = randn({16, 3}, 3);
   pl::ShardedJitOptions o;

@@ -172,6 +172,36 @@ TEST_P(Program, ReductionsMatmulAndLayout) {
   EXPECT_EQ(up.get(0), x.get(0));
 }
 
+// (batch, m, k) x (k, n) is one GEMM over the batch folded into rows, and w's gradient one
+// contraction: no copy of w per batch element, no sum of per-element products afterwards.
+TEST_P(Program, MatmulOfABatchByAMatrixIsOneGemm) {
+  Array xb = randn({3, 4, 6}, 70), w = randn({6, 5}, 71), v = randn({6}, 72);
+  const Array rows64 = xb.astype(pl::f64).reshape({12, 6});
+  EXPECT_LT(pl::rel_error(pl::jnp::matmul(xb, w), pl::matmul(rows64, w.astype(pl::f64)).reshape({3, 4, 5})), 1e-6);
+  const Array xv = pl::jnp::matmul(xb, v);
+  ASSERT_EQ(xv.shape(), (Shape{3, 4}));
+  EXPECT_LT(pl::rel_error(xv, pl::matmul(rows64, v.astype(pl::f64).reshape({6, 1})).reshape({3, 4})), 1e-6);
+  const Array empty = pl::jnp::matmul(pl::ones({2, 3, 0}), pl::ones({0, 5}));  // k = 0: zeros
+  ASSERT_EQ(empty.shape(), (Shape{2, 3, 5}));
+  EXPECT_EQ(pl::jnp::sum(pl::jnp::abs(empty)).get(0), 0.0);
+  auto loss = [xb](const Array& w_) { return pl::jnp::sum(pl::jnp::sin(pl::jnp::matmul(xb, w_))); };
+  EXPECT_LT(pl::rel_error(pl::grad(loss)(w), finite_difference(loss, w)), 1e-4);
+  const std::string opt = optimized_part(pl::jit(pl::grad(loss)).lower(w));
+  EXPECT_EQ(count_of(opt, "matmul("), 2u) << opt;  // the forward, and w's gradient
+  EXPECT_EQ(count_of(opt, "broadcast["), 0u) << opt;
+  EXPECT_EQ(count_of(opt, "reduce_sum["), 0u) << opt;
+}
+
+// Slice's gradient pads one dimension at a time; a pad of nothing is its operand, not a copy.
+TEST_P(Program, PadOfNothingIsItsOperand) {
+  const Array x = randn({4, 6}, 73);
+  const Array same = pl::jnp::pad(x, {{0, 0}, {0, 0}});
+  EXPECT_EQ(same.data(), x.data());
+  auto f = [](const Array& a) { return pl::jnp::sum(pl::jnp::sin(pl::lax::slice(a, {0, 1}, {4, 5}))); };
+  const std::string opt = optimized_part(pl::jit(pl::grad(f)).lower(x));
+  EXPECT_EQ(count_of(opt, "= pad["), 1u) << opt;  // columns only: the rows are whole
+}
+
 TEST_P(Program, ConcatenateCopiesEveryOperandToItsPlace) {
   // Operands of different extents along the axis (1 to 70000): the tiles of the largest operand
   // overhang the smaller ones, whose programs copy only what is inside them.

@@ -171,9 +171,7 @@ TEST(ShardingNccl, PartitionedProgramOnGpusMatchesFloat64) {
 // gradient of the whole batch on one device.
 TEST(ShardingNccl, DataParallelGradientMatchesOneDevice) {
   NEED_GPUS();
-  auto loss = [](const Array& w, const Array& x, const Array& y) {
-    return pl::jnp::mean(pl::jnp::square(pl::jnp::tanh(pl::jnp::matmul(x, w)) - y));
-  };
+  auto loss = palladium::test_support::tanh_regression_loss;
   const Array w = randn({32, 8}, 121), x = randn({64 * n, 32}, 122), y = randn({64 * n, 8}, 123);
   pl::ShardedJitOptions o;
   o.num_partitions = n;

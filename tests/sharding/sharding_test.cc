@@ -562,15 +562,13 @@ TEST(ShardingJit, JitWithNamedShardings) {
 
 namespace {
 
-// Where there are GPUs: a data-parallel step over all of them (one compiled program per GPU;
-// the gradient's all-reduce goes through the in-process engine until NCCL is wired in).
+// Where there are GPUs: a data-parallel step over all of them (one compiled program per GPU; the
+// gradient's all-reduce goes through NCCL, the default engine between GPUs).
 TEST(ShardingGpu, DataParallelStepOnTheGpus) {
   const int n = pl::cuda_device_count();
   if (n == 0) GTEST_SKIP() << "no GPU here";
   ScopedEnv platform("PALLADIUM_PLATFORM", "cuda");
-  auto loss = [](const Array& w, const Array& x, const Array& y) {
-    return pl::jnp::mean(pl::jnp::square(pl::jnp::tanh(pl::jnp::matmul(x, w)) - y));
-  };
+  auto loss = palladium::test_support::tanh_regression_loss;
   auto step = [loss](const Array& w, const Array& x, const Array& y) { return pl::value_and_grad(loss)(w, x, y); };
   Array w = randn({16, 4}, 60), x = randn({8 * n, 16}, 61), y = randn({8 * n, 4}, 62);
   pl::ShardedJitOptions o;

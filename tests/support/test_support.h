@@ -8,6 +8,7 @@
 #include <typeinfo>
 
 #include "palladium/error.h"
+#include "palladium/numpy.h"
 #include "palladium/random.h"
 
 namespace palladium::test_support {
@@ -69,5 +70,10 @@ inline Array randn(Shape shape, uint64_t seed) { return random::normal(random::k
 
 // Whether `part` occurs in `s` (printed programs, messages).
 inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// The small regression loss the data-parallel tests differentiate: mean((tanh(x w) - y)^2).
+inline Array tanh_regression_loss(const Array& w, const Array& x, const Array& y) {
+  return jnp::mean(jnp::square(jnp::tanh(jnp::matmul(x, w)) - y));
+}
 
 }  // namespace palladium::test_support
