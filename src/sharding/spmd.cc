@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "program/executor.h"
+#include "program/schedule.h"
 #include "sharding/communicator.h"
 #include "sharding/distributed.h"
 #include "sharding/sharding.h"
@@ -62,7 +63,9 @@ DeviceThreads& device_threads() {
 
 }  // namespace
 
-SpmdExecutable compile_spmd(const program::Program& local, const Mesh& mesh) {
+SpmdExecutable compile_spmd(const program::Program& partitioned, const Mesh& mesh) {
+  // Every device runs the same order, so their collectives meet.
+  const program::Program local = program::schedule_collectives_early(partitioned);
   SpmdExecutable exes;
   std::shared_ptr<program::Executable> host;  // virtual CPU devices share one compiled program
   for (const Device& d : mesh.devices()) {
@@ -70,7 +73,8 @@ SpmdExecutable compile_spmd(const program::Program& local, const Mesh& mesh) {
       if (!host) host = program::Executable::compile(local, Device{Device::cpu, 0});
       exes.push_back(host);
     } else {
-      exes.push_back(program::Executable::compile(local, d));
+      // Replayed as CUDA graphs between its collectives from the third run (executor_graph.cc).
+      exes.push_back(program::Executable::compile(local, d, {.backend = "", .fuse = true, .graphs = true}));
     }
   }
   return exes;
