@@ -224,8 +224,9 @@ void sharded_jit_check_args(const ShardedJitState& s, size_t num_args);
 // `out_shape` is filled by `trace` when it runs (the results' structure, to match out_parts against).
 std::vector<Array> sharded_jit_call(ShardedJitState& s, const std::string& key, const std::vector<Array>& flat,
                                     const TreeShape& args, const FlatFn& trace, const TreeShape& out_shape);
-std::string sharded_jit_lower(ShardedJitState& s, const std::vector<Array>& flat, const TreeShape& args,
-                              const FlatFn& trace, const TreeShape& out_shape);
+// The entry a call with the same `key` uses (its steps tell how it has run).
+std::string sharded_jit_lower(ShardedJitState& s, const std::string& key, const std::vector<Array>& flat,
+                              const TreeShape& args, const FlatFn& trace, const TreeShape& out_shape);
 }  // namespace detail
 
 template <class F> class ShardedJitted {
@@ -245,7 +246,9 @@ template <class F> class ShardedJitted {
   // The global program, the propagated shardings and the per-device program with its collectives.
   template <class... A> std::string lower(const A&... args) const {
     Prepared p = prepare(args...);
-    return detail::sharded_jit_lower(*state_, p.flat, p.shape, p.trace, *p.out_shape);
+    std::string text = detail::sharded_jit_lower(*state_, p.key, p.flat, p.shape, p.trace, *p.out_shape);
+    if (*p.out_proto) protos_.remember(p.key, *p.out_proto);  // a trace made here serves later calls
+    return text;
   }
 
  private:

@@ -165,7 +165,8 @@ std::vector<Array> Executable::run(const std::vector<Array>& inputs) const {
   return run_steps(at_device, nullptr);
 }
 
-std::vector<Array> Executable::run_steps(const std::vector<Array>& inputs, std::vector<Array>* keep) const {
+std::vector<Array> Executable::run_steps(const std::vector<Array>& inputs, std::vector<Array>* keep,
+                                         const StepHook* around_collective) const {
   const Program& p = program_;
   std::vector<Array> env(p.types.size());
   for (size_t i = 0; i < inputs.size(); ++i) env[static_cast<size_t>(p.inputs[i])] = inputs[i];
@@ -217,7 +218,9 @@ std::vector<Array> Executable::run_steps(const std::vector<Array>& inputs, std::
         break;
       case Step::Kind::collective: {
         std::function<void()> order;
+        if (around_collective) (*around_collective)(s, true);
         outs = sharding::run_collective(*s.eqn, read(s.ins), keep ? nullptr : &order);
+        if (around_collective) (*around_collective)(s, false);
         if (order) {
           auto shared = std::make_shared<std::function<void()>>(std::move(order));
           for (int v : s.outs) unjoined[v] = shared;

@@ -1,6 +1,7 @@
 // The executor: a Program compiled into a list of steps (generated kernels, views, user kernels,
 // nested programs for calls and loops) and run over Arrays on one device.
 #pragma once
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,9 +31,13 @@ class Executable {
 
   struct Step;
   struct GraphCache;
+  // Called before (true) and after (false) each collective step of a run.
+  using StepHook = std::function<void(const Step&, bool before)>;
 
  private:
-  std::vector<Array> run_steps(const std::vector<Array>& inputs, std::vector<Array>* keep) const;
+  // `keep`: every variable's value is left there (nothing freed, collectives joined at once).
+  std::vector<Array> run_steps(const std::vector<Array>& inputs, std::vector<Array>* keep,
+                               const StepHook* around_collective = nullptr) const;
   // The run as a CUDA graph, or nothing when this run goes step by step (executor_graph.cc).
   std::optional<std::vector<Array>> run_graphed(const std::vector<Array>& inputs) const;
   static std::shared_ptr<GraphCache> make_graph_cache(const Executable& x);

@@ -423,9 +423,9 @@ std::vector<Array> sharded_jit_call(ShardedJitState& s, const std::string& key, 
   return results;
 }
 
-std::string sharded_jit_lower(ShardedJitState& s, const std::vector<Array>& flat, const TreeShape& args,
-                              const FlatFn& trace, const TreeShape& out_shape) {
-  auto e = sharding::entry(s, "lower", flat, args, trace, out_shape);
+std::string sharded_jit_lower(ShardedJitState& s, const std::string& key, const std::vector<Array>& flat,
+                              const TreeShape& args, const FlatFn& trace, const TreeShape& out_shape) {
+  auto e = sharding::entry(s, key, flat, args, trace, out_shape);
   std::ostringstream os;
   os << "--- global program ---\n" << program::print(e->traced);
   os << "--- shardings over " << e->mesh->str() << " ---\n";

@@ -183,4 +183,60 @@ TEST(ShardingNccl, DataParallelGradientMatchesOneDevice) {
   EXPECT_LT(pl::rel_error(pl::to_host(grad), ref), 1e-5);
 }
 
+// From its third call a partitioned program on the GPUs replays as CUDA graphs between its
+// collectives (executor_graph.cc), the collectives run between them by the engine: every call, on
+// fresh inputs, equals float64, through NCCL and through host staging. The data-parallel program
+// has an all-reduce that later kernels read (the target's scale) and two whose results are the
+// program's outputs. With a constraint that splits the hidden layer, the partitioner slices the
+// replicated weights (views of the inputs): that program runs step by step, and is right too.
+TEST(ShardingNccl, PartitionedProgramsReplayAsCudaGraphsAroundCollectives) {
+  NEED_GPUS();
+  if (n < 2) GTEST_SKIP() << "one GPU: no collectives";
+  auto model = [n](bool constrained) {
+    return [n, constrained](const Array& w1, const Array& w2, const Array& x, const Array& y) {
+      Array h = pl::jnp::tanh(pl::jnp::matmul(x, w1));
+      if (constrained) h = pl::with_sharding_constraint(h, PartitionSpec(1, n));
+      const Array scale = pl::jnp::mean(pl::jnp::abs(y));
+      return pl::jnp::mean(pl::jnp::square(pl::jnp::matmul(h, w2) - y)) / scale;
+    };
+  };
+  pl::ShardedJitOptions o;
+  o.num_partitions = n;
+  const Array w1 = randn({32, 16 * n}, 131), w2 = randn({16 * n, 8}, 132);
+  for (bool constrained : {false, true})
+    for (const char* engine : {"1", "0"}) {
+      ScopedEnv nccl("PALLADIUM_NCCL", engine);
+      const std::string where = std::string(constrained ? "constrained" : "data parallel") + ", PALLADIUM_NCCL=" + engine;
+      auto step = [loss = model(constrained)](const Array& a, const Array& b, const Array& x, const Array& y) {
+        return pl::grad<0, 1>(loss)(a, b, x, y);
+      };
+      auto split = pl::sharded_jit(step, {pl::None, pl::None, PartitionSpec(n, 1), PartitionSpec(n, 1)}, pl::None, o);
+      for (int call = 0; call < 4; ++call) {
+        const Array x = randn({16 * n, 32}, 140 + call), y = randn({16 * n, 8}, 150 + call);
+        auto [g1, g2] = split(w1, w2, x, y);
+        pl::BackendScope host("cpu");
+        auto [r1, r2] = pl::grad<0, 1>(model(false))(w1.astype(pl::f64), w2.astype(pl::f64), x.astype(pl::f64),
+                                                     y.astype(pl::f64));
+        EXPECT_LT(pl::rel_error(pl::to_host(g1), r1), 1e-5) << where << ", call " << call;
+        EXPECT_LT(pl::rel_error(pl::to_host(g2), r2), 1e-5) << where << ", call " << call;
+      }
+      const std::string low = split.lower(w1, w2, randn({16 * n, 32}, 160), randn({16 * n, 8}, 161));
+      if (constrained) {
+        EXPECT_TRUE(contains(low, "launched kernel by kernel: a collective's result shares memory")) << where << low;
+        continue;
+      }
+      EXPECT_TRUE(contains(low, "replayed as a CUDA graph of")) << where << low;
+      int collectives = 0;  // the steps that run a collective: each a break between two graphs
+      for (size_t at = low.find("\n  collective "); at != std::string::npos; at = low.find("\n  collective ", at + 1))
+        ++collectives;
+      EXPECT_GE(collectives, 3) << low;  // the target's scale and the two gradients
+      EXPECT_TRUE(contains(low, "around " + std::to_string(collectives) + " collectives)")) << where << low;
+      ScopedEnv off("PALLADIUM_GRAPHS", "0");
+      const std::string stepwise =
+          pl::sharded_jit(step, {pl::None, pl::None, PartitionSpec(n, 1), PartitionSpec(n, 1)}, pl::None, o)
+              .lower(w1, w2, randn({16 * n, 32}, 162), randn({16 * n, 8}, 163));
+      EXPECT_TRUE(contains(stepwise, "launched kernel by kernel: PALLADIUM_GRAPHS=0")) << where << stepwise;
+    }
+}
+
 }  // namespace
