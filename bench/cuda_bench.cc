@@ -227,6 +227,17 @@ void bench_matmul() {
     report("matmul bf16", "8192^3", "cuBLASLt (same binary)", ms, tflops(flops, ms));
   }
 #endif
+  // The program level's matmul (jnp::matmul under jit: the kernel plan_matmul generates).
+  try {
+    auto jm = pl::jit([](const pl::Array& x, const pl::Array& y) { return jnp::matmul(x, y); });
+    pl::Array out = jm(a, b);
+    if (ref.defined())
+      check("jit(jnp::matmul) vs cuBLASLt (relative)", pl::rel_error(pl::to_host(out).astype(pl::f64), pl::to_host(ref).astype(pl::f64)), 1.0 / 128);
+    const double ms = kernel_ms([&] { out = jm(a, b); }, 2, 10);
+    report("matmul bf16", "8192^3", "palladium jit(jnp::matmul)", ms, tflops(flops, ms));
+  } catch (const std::exception& e) {
+    fail(std::string("jit(jnp::matmul): ") + e.what());
+  }
   struct Config { int64_t bm, bn, bk; int warps, stages; };
   // 8 warps per 128 rows (16 per 256) run on wgmma (sm_90a); 4 warps per 128 rows on mma.sync.
   for (Config c : {Config{128, 128, 64, 8, 3}, Config{128, 128, 64, 8, 4}, Config{128, 256, 64, 8, 3},

@@ -48,7 +48,7 @@ BlockSpec grid_spec(const Tiling& t, const std::vector<bool>& broadcast) {
 std::shared_ptr<detail::CallImpl> make_kernel(std::string name, std::function<void(Refs)> body,
                                               std::vector<ShapeDtype> outs, Shape grid, std::vector<BlockSpec> in_specs,
                                               std::vector<BlockSpec> out_specs, const std::string& backend,
-                                              std::vector<std::pair<int, int>> aliases) {
+                                              std::vector<std::pair<int, int>> aliases, CompilerParams compiler) {
   CallOptions o;
   o.name = std::move(name);
   o.grid = std::move(grid);
@@ -56,6 +56,7 @@ std::shared_ptr<detail::CallImpl> make_kernel(std::string name, std::function<vo
   o.out_specs = std::move(out_specs);
   o.backend = backend;
   o.input_output_aliases = std::move(aliases);
+  o.compiler_params = compiler;
   detail::KernelFn fn{std::move(body), detail::kAnyArity};
   return detail::make_call(std::move(fn), std::move(outs), std::move(o));
 }

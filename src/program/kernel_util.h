@@ -29,6 +29,7 @@ BlockSpec make_spec(std::vector<int64_t> block, std::function<Indexer(std::span<
 std::shared_ptr<detail::CallImpl> make_kernel(std::string name, std::function<void(Refs)> body,
                                               std::vector<ShapeDtype> outs, Shape grid, std::vector<BlockSpec> in_specs,
                                               std::vector<BlockSpec> out_specs, const std::string& backend,
-                                              std::vector<std::pair<int, int>> aliases = {});
+                                              std::vector<std::pair<int, int>> aliases = {},
+                                              CompilerParams compiler = {});
 
 }  // namespace palladium::program

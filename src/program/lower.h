@@ -70,6 +70,7 @@ struct MatmulPlan {
   int64_t m = 0, k = 0, n = 0, bm = 0, bn = 0, bk = 0;
   Shape grid;
   DType acc = DType::float32;
+  CompilerParams compiler;  // warps and pipeline stages where the backend's tensor cores want them
   // Operands stored transposed (their last two axes swapped): the dot reads them so.
   bool trans_a = false, trans_b = false;
   BlockSpec spec(int64_t rows, int64_t cols, int row_axis, int col_axis) const;
@@ -80,7 +81,8 @@ struct MatmulPlan {
   Value compute(const Ref& a, const Ref& b) const;
 };
 int64_t matmul_tile(const std::string& backend);  // the largest bm and bn
-MatmulPlan plan_matmul(const Shape& a, const Shape& b, DType out, const std::string& backend);
+// `operand`: the operands' dtype (16-bit floats on CUDA take the tensor cores' tiles).
+MatmulPlan plan_matmul(const Shape& a, const Shape& b, DType operand, DType out, const std::string& backend);
 
 // One kernel for a single non-elementwise equation (reduce, argreduce, matmul, transpose,
 // concatenate, slice, pad, dynamic_slice, dynamic_update_slice).

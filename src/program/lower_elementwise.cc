@@ -114,7 +114,8 @@ KernelStep lower_fused_group(const Program& p, const std::vector<const Eqn*>& eq
   std::optional<MatmulPlan> mp;
   Tiling t;
   if (head) {
-    mp = plan_matmul(p.type(head->ins[0]).shape, p.type(head->ins[1]).shape, p.type(head->outs[0]).dtype, backend);
+    mp = plan_matmul(p.type(head->ins[0]).shape, p.type(head->ins[1]).shape, p.type(head->ins[0]).dtype,
+                     p.type(head->outs[0]).dtype, backend);
     for (int i = 0; i < 2; ++i) {
       auto it = transposed_from.find(head->ins[static_cast<size_t>(i)]);
       head_sources.push_back(it == transposed_from.end() ? head->ins[static_cast<size_t>(i)] : it->second);
@@ -211,7 +212,8 @@ KernelStep lower_fused_group(const Program& p, const std::vector<const Eqn*>& eq
       store(r, v.astype(r.dtype()));
     }
   };
-  step.call = make_kernel(name, kernel, out_types, t.grid, std::move(in_specs), std::move(out_specs), backend);
+  step.call = make_kernel(name, kernel, out_types, t.grid, std::move(in_specs), std::move(out_specs), backend, {},
+                          mp ? mp->compiler : CompilerParams{});
   return step;
 }
 

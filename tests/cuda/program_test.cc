@@ -121,6 +121,25 @@ TEST(CudaProgram, MatmulReadsATransposedOperandInPlace) {
   EXPECT_NE(lowered.find("--- steps (1 kernels)"), std::string::npos) << lowered;
 }
 
+// bfloat16 matmuls of at least a tile each way take the tensor cores' tiles (128 x 128, k by 64,
+// 8 warps: plan_matmul): partial row and column blocks, an operand transposed in place on either
+// side, and an epilogue fused in, against float64 products of the same bfloat16 inputs (one
+// bfloat16 rounding of the result: 2^-8).
+TEST(CudaProgram, Bfloat16MatmulsTakeTheTensorCoreTiles) {
+  PL_REQUIRE_NVRTC();
+  auto f = jit([](const Array& x, const Array& w, const Array& y, const Array& v) {
+    return std::make_tuple(jnp::matmul(x, w), jnp::matmul(jnp::transpose(x, {1, 0}), y) * 2.0,
+                           jnp::matmul(x, jnp::transpose(v, {1, 0})));
+  }, {.backend = "cuda"});
+  const Array x = normal(32, {200, 192}).astype(bf16), w = normal(33, {192, 320}).astype(bf16),
+              y = normal(34, {200, 256}).astype(bf16), v = normal(35, {136, 192}).astype(bf16);
+  auto [xw, xty, xvt] = f(on_backend(x), on_backend(w), on_backend(y), on_backend(v));
+  const Array x64 = x.astype(f64), w64 = w.astype(f64), y64 = y.astype(f64), v64 = v.astype(f64);
+  EXPECT_LT(rel_error(to_host(xw).astype(f64), matmul(x64, w64)), 1.0 / 256);
+  EXPECT_LT(rel_error(to_host(xty).astype(f64), matmul(jnp::transpose(x64, {1, 0}), y64) * 2.0), 1.0 / 256);
+  EXPECT_LT(rel_error(to_host(xvt).astype(f64), matmul(x64, jnp::transpose(v64, {1, 0}))), 1.0 / 256);
+}
+
 // Concatenate on the GPU: each program copies one tile of one operand into the whole-array result.
 TEST(CudaProgram, ConcatenateOfOperandsOfDifferentWidths) {
   PL_REQUIRE_NVRTC();
