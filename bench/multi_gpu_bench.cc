@@ -339,15 +339,41 @@ void bench_step(int64_t seq) {
     };
     std::printf("NOTE host time to queue one step: one GPU %.3f ms, over %d GPUs %.3f ms\n",
                 queue_ms([&] { (void)one(w1, o1, x1, y1); }), n, queue_ms([&] { (void)split(wn, on, xn, yn); }));
+    // Whether the host keeps ahead of the GPUs over a timed loop (it waits for them nowhere), and
+    // whether the GPUs are equally fast (the slowest one's share is the bound).
+    std::printf("NOTE host time to queue %d steps over %d GPUs: %.3f ms (the GPUs take %.3f ms)\n", steps, n,
+                queue_ms([&] {
+                  for (int i = 0; i < steps; ++i) (void)split(wn, on, xn, yn);
+                }),
+                steps * tn);
+    std::string shares;
+    for (int g = 0; g < n; ++g) {
+      const pl::Device dev = pl::cuda_device(g);
+      const Array wg = pl::to_device(wqkv, dev), og = pl::to_device(wo, dev), xg = pl::to_device(xs, dev),
+                  yg = pl::to_device(ys, dev);
+      shares += " cuda:" + std::to_string(g) + " " + fixed(wall_ms([&] { (void)one(wg, og, xg, yg); }, steps), 3) + " ms";
+    }
+    std::printf("NOTE one GPU on its share, each GPU:%s\n", shares.c_str());
+    auto graph_status = [](const std::string& lowered) {
+      const size_t open = lowered.rfind("  ("), close = lowered.rfind(')');
+      return open == std::string::npos || close < open ? std::string("not on a GPU") : lowered.substr(open + 3, close - open - 3);
+    };
+    std::printf("NOTE how the step runs: one GPU %s; over %d GPUs (each) %s\n", graph_status(one.lower(w1, o1, x1, y1)).c_str(),
+                n, graph_status(split.lower(wn, on, xn, yn)).c_str());
     if (std::getenv("PL_BENCH_STEP_PROFILE") && seq == 1024) {
       // One step profiled (PALLADIUM_STEP_PROFILE) behind two unprofiled ones, so that the GPUs
-      // have queued work when it starts, as in the timed loop.
-      (void)split(wn, on, xn, yn);
-      (void)split(wn, on, xn, yn);
-      ::setenv("PALLADIUM_STEP_PROFILE", "1", 1);
-      (void)split(wn, on, xn, yn);
-      ::unsetenv("PALLADIUM_STEP_PROFILE");
-      sync_all();
+      // have queued work when it starts, as in the timed loop; then one GPU on its share, the same
+      // way. Only steps run one by one are profiled: PALLADIUM_GRAPHS=0 profiles both.
+      auto profiled = [&](const std::function<void()>& run) {
+        run();
+        run();
+        ::setenv("PALLADIUM_STEP_PROFILE", "1", 1);
+        run();
+        ::unsetenv("PALLADIUM_STEP_PROFILE");
+        sync_all();
+      };
+      profiled([&] { (void)split(wn, on, xn, yn); });
+      profiled([&] { (void)one(w1, o1, xs, ys); });
     }
     auto [g1a, g1b] = one(w1, o1, x1, y1);
     auto [gna, gnb] = split(wn, on, xn, yn);
