@@ -105,6 +105,11 @@ std::vector<Array> invoke(const CallImpl& call, const std::vector<Array>& inputs
 std::vector<Array> call_or_bind(const std::shared_ptr<CallImpl>& call, const std::vector<Array>& inputs);
 std::string lower(const CallImpl& call, const std::vector<ShapeDtype>& inputs);  // IR text
 int trace_count(const CallImpl& call);
+// A choice among candidate calls (autotune); the label of the one chosen for these inputs (timing
+// the candidates first if no choice is known for their signature and device).
+std::shared_ptr<CallImpl> make_choice(std::string name, std::vector<std::string> labels,
+                                      std::vector<std::shared_ptr<CallImpl>> candidates);
+std::string chosen_label(const CallImpl& call, const std::vector<Array>& inputs);
 
 }  // namespace detail
 
@@ -159,6 +164,29 @@ template <class R> Callable<R> vmap(const Callable<R>& f, std::vector<InAxis> in
   std::vector<std::optional<int64_t>> axes;
   for (const InAxis& a : in_axes) axes.push_back(a.axis);
   return Callable<R>(detail::make_vmap(f.impl(), std::move(axes)));
+}
+
+// Triton's autotune for pallas_calls: candidates that compute the same function in different ways
+// (block shapes, warps, stages), each with a label. The first call with a new input signature (shapes
+// and dtypes) on a device times every candidate on its inputs and keeps the fastest, remembered
+// for the process and in the disk cache (PALLADIUM_CACHE_DIR, under autotune/); a candidate that
+// fails to compile or run is skipped. Later calls, and jitted programs (tuned at their first run),
+// call the winner. vmap tunes the batched candidates. PALLADIUM_AUTOTUNE=0 takes the first candidate
+// without timing. Errors: no candidates, two with one label, candidates whose outputs differ in shape
+// or dtype, and every candidate failing (each one's error is listed).
+template <class R>
+Callable<R> autotune(std::string name, std::vector<std::pair<std::string, Callable<R>>> candidates) {
+  std::vector<std::string> labels;
+  std::vector<std::shared_ptr<detail::CallImpl>> calls;
+  for (auto& [label, c] : candidates) {
+    labels.push_back(label);
+    calls.push_back(c.impl());
+  }
+  return Callable<R>(detail::make_choice(std::move(name), std::move(labels), std::move(calls)));
+}
+// The label of the candidate `f` (an autotune) runs for these inputs, tuning first where needed.
+template <class R> std::string autotune_choice(const Callable<R>& f, const std::vector<Array>& inputs) {
+  return detail::chosen_label(*f.impl(), inputs);
 }
 
 }  // namespace palladium

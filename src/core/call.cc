@@ -237,6 +237,11 @@ std::shared_ptr<CallImpl> make_call(KernelFn kernel, std::vector<ShapeDtype> out
 }
 
 std::shared_ptr<CallImpl> make_vmap(std::shared_ptr<CallImpl> inner, std::vector<std::optional<int64_t>> in_axes) {
+  if (!inner->choices.empty()) {  // an autotune: the batched candidates are tuned
+    std::vector<std::shared_ptr<CallImpl>> batched;
+    for (const auto& c : inner->choices) batched.push_back(make_vmap(c, in_axes));
+    return make_choice(inner->choice_name, inner->choice_labels, std::move(batched));
+  }
   auto c = std::make_shared<CallImpl>();
   c->inner = std::move(inner);
   c->in_axes = std::move(in_axes);
@@ -244,7 +249,10 @@ std::shared_ptr<CallImpl> make_vmap(std::shared_ptr<CallImpl> inner, std::vector
   return c;
 }
 
+std::vector<Array> invoke_choice(const CallImpl& call, const std::vector<Array>& inputs);  // autotune.cc
+
 std::vector<Array> invoke(const CallImpl& call, const std::vector<Array>& given) {
+  if (!call.choices.empty()) return invoke_choice(call, given);
   auto e = entry_for(call, types_of(given));
   // A backend that runs on the host reads device inputs from host copies; its results are host arrays.
   std::vector<Array> inputs = given;
@@ -270,6 +278,10 @@ std::vector<Array> invoke(const CallImpl& call, const std::vector<Array>& given)
 std::string lower(const CallImpl& call, const std::vector<ShapeDtype>& inputs) {
   InputTypes in(inputs.begin(), inputs.end());
   return ir::print(trace_kernel(call, describe(call, in)));
+}
+
+std::string kernel_text(const CallImpl& call, const std::vector<Array>& inputs) {
+  return ir::print(trace_kernel(call, describe(call, types_of(inputs))));
 }
 
 }  // namespace palladium::detail

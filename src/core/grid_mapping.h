@@ -22,18 +22,33 @@ class CallImpl {
   KernelFn kernel;
   std::vector<ShapeDtype> out_shapes;
   CallOptions options;
-  // ... or a vmap of another callable.
+  // ... or a vmap of another callable ...
   std::shared_ptr<CallImpl> inner;
   std::vector<std::optional<int64_t>> in_axes;
+  // ... or a choice among calls of one function, timed once per input signature and device
+  // (autotune.cc). Whatever reads a call's structure (its grid, BlockSpecs, kernel) reads the
+  // first candidate's: every candidate computes the same function.
+  std::vector<std::shared_ptr<CallImpl>> choices;
+  std::vector<std::string> choice_labels;
+  std::string choice_name;
+  struct Tuning;
+  std::shared_ptr<Tuning> tuning;
 
-  const CallImpl& base() const { return inner ? inner->base() : *this; }
-  std::string name() const { return base().options.name.empty() ? "kernel" : base().options.name; }
+  const CallImpl& base() const { return inner ? inner->base() : !choices.empty() ? choices[0]->base() : *this; }
+  std::string name() const {
+    if (!choices.empty()) return choice_name;
+    return base().options.name.empty() ? "kernel" : base().options.name;
+  }
 
   struct Cache;
   std::shared_ptr<Cache> cache;
 };
 
 using InputTypes = std::vector<std::optional<ShapeDtype>>;  // nullopt: a None input
+
+// The kernel IR `call` traces for these inputs (undefined ones are None), as printed: what the
+// call computes and how (autotune keys its disk entries by it).
+std::string kernel_text(const CallImpl& call, const std::vector<Array>& inputs);
 
 struct CallDesc {
   std::string name;

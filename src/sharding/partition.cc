@@ -424,7 +424,10 @@ class Partitioner {
       bool split = false;
       for (size_t f = 0; f < factors.size(); ++f) split = split || (factors[f].grid_axis >= 0 && !axes[f].empty());
       if (!split) return q;
-      const auto& global_call = *static_cast<const detail::CallImpl*>(q.callee.get());
+      // An autotune splits as its first candidate (the grid axes found are that candidate's).
+      const auto* chosen = static_cast<const detail::CallImpl*>(q.callee.get());
+      while (!chosen->choices.empty()) chosen = chosen->choices[0].get();
+      const detail::CallImpl& global_call = *chosen;
       CallOptions options = global_call.options;
       for (size_t f = 0; f < factors.size(); ++f)
         if (factors[f].grid_axis >= 0 && !axes[f].empty())

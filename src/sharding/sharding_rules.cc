@@ -245,6 +245,8 @@ std::vector<std::vector<std::pair<int, int>>> grid_factor_dims(const detail::Cal
 
 Factors factors_pallas_call(const Eqn& e, const Program& p) {
   const auto* call = static_cast<const detail::CallImpl*>(e.params.callee.get());
+  // An autotune's candidates compute one function: the first one's grid tells how it splits.
+  while (call != nullptr && !call->choices.empty()) call = call->choices[0].get();
   if (call == nullptr || call->inner) return {};
   // Traced once per call and operand types (rules are asked several times per partitioning).
   detail::InputTypes types;
