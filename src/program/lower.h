@@ -79,10 +79,14 @@ struct MatmulPlan {
   BlockSpec out_spec() const { return spec(bm, bn, 0, 1); }
   // The (bm, bn) block of a @ b in the accumulator dtype, inside a kernel.
   Value compute(const Ref& a, const Ref& b) const;
+  std::string label() const;  // "128x128x64 w8 s3": the tiles and the compiler's warps and stages
 };
 int64_t matmul_tile(const std::string& backend);  // the largest bm and bn
 // `operand`: the operands' dtype (16-bit floats on CUDA take the tensor cores' tiles).
 MatmulPlan plan_matmul(const Shape& a, const Shape& b, DType operand, DType out, const std::string& backend);
+// plan_matmul's plan first, then other tilings worth timing (autotune) for these operands: on CUDA,
+// 16-bit operands with at least 256 columns also try 128 x 256 blocks with 4 stages.
+std::vector<MatmulPlan> matmul_plans(const Shape& a, const Shape& b, DType operand, DType out, const std::string& backend);
 
 // One kernel for a single non-elementwise equation (reduce, argreduce, matmul, transpose,
 // concatenate, slice, pad, dynamic_slice, dynamic_update_slice).

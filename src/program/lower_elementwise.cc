@@ -94,28 +94,15 @@ Tiling tile_domain(const Shape& domain, const std::vector<int64_t>& whole, int64
   return t;
 }
 
-}  // namespace
-
-KernelStep lower_fused_group(const Program& p, const std::vector<const Eqn*>& eqns, const FusionGroup& g,
-                             const std::string& backend) {
+// The group's kernel, tiled as `mp` tiles its head matmul where it has one.
+KernelStep fused_group_kernel(const Program& p, const std::vector<const Eqn*>& eqns, const FusionGroup& g,
+                              const std::string& backend, const Eqn* head, const std::map<int, int>& transposed_from,
+                              std::optional<MatmulPlan> mp) {
   const Shape& shape = g.domain;
   const size_t rank = shape.size();
-  // A group headed by a matmul is tiled as the matmul is (its whole axes fit one tile: fusion.cc).
-  // Transposes of its operands placed before it are folded into its dot: it reads their operands.
-  const Eqn* head = nullptr;
-  std::map<int, int> transposed_from;  // transposed var -> the var it transposes
-  for (const Eqn* e : eqns) {
-    if (e->prim == Prim::transpose) { transposed_from[e->outs[0]] = e->ins[0]; continue; }
-    if (e->prim == Prim::matmul) head = e;
-    break;
-  }
-  PL_ASSERT(head || transposed_from.empty(), "lower_fused_group: a folded transpose without its matmul");
   std::vector<int> head_sources;  // the vars the matmul's refs hold
-  std::optional<MatmulPlan> mp;
   Tiling t;
   if (head) {
-    mp = plan_matmul(p.type(head->ins[0]).shape, p.type(head->ins[1]).shape, p.type(head->ins[0]).dtype,
-                     p.type(head->outs[0]).dtype, backend);
     for (int i = 0; i < 2; ++i) {
       auto it = transposed_from.find(head->ins[static_cast<size_t>(i)]);
       head_sources.push_back(it == transposed_from.end() ? head->ins[static_cast<size_t>(i)] : it->second);
@@ -214,6 +201,36 @@ KernelStep lower_fused_group(const Program& p, const std::vector<const Eqn*>& eq
   };
   step.call = make_kernel(name, kernel, out_types, t.grid, std::move(in_specs), std::move(out_specs), backend, {},
                           mp ? mp->compiler : CompilerParams{});
+  return step;
+}
+
+}  // namespace
+
+KernelStep lower_fused_group(const Program& p, const std::vector<const Eqn*>& eqns, const FusionGroup& g,
+                             const std::string& backend) {
+  // A group headed by a matmul is tiled as the matmul is (its whole axes fit one tile: fusion.cc).
+  // Transposes of its operands placed before it are folded into its dot: it reads their operands.
+  const Eqn* head = nullptr;
+  std::map<int, int> transposed_from;  // transposed var -> the var it transposes
+  for (const Eqn* e : eqns) {
+    if (e->prim == Prim::transpose) { transposed_from[e->outs[0]] = e->ins[0]; continue; }
+    if (e->prim == Prim::matmul) head = e;
+    break;
+  }
+  PL_ASSERT(head || transposed_from.empty(), "lower_fused_group: a folded transpose without its matmul");
+  if (!head) return fused_group_kernel(p, eqns, g, backend, nullptr, transposed_from, std::nullopt);
+  // Where the matmul has several candidate tilings, the kernel is an autotune of one per tiling.
+  const std::vector<MatmulPlan> plans = matmul_plans(p.type(head->ins[0]).shape, p.type(head->ins[1]).shape,
+                                                     p.type(head->ins[0]).dtype, p.type(head->outs[0]).dtype, backend);
+  KernelStep step = fused_group_kernel(p, eqns, g, backend, head, transposed_from, plans[0]);
+  if (plans.size() == 1) return step;
+  std::vector<std::string> labels{plans[0].label()};
+  std::vector<std::shared_ptr<detail::CallImpl>> calls{step.call};
+  for (size_t k = 1; k < plans.size(); ++k) {
+    labels.push_back(plans[k].label());
+    calls.push_back(fused_group_kernel(p, eqns, g, backend, head, transposed_from, plans[k]).call);
+  }
+  step.call = detail::make_choice(step.call->name(), std::move(labels), std::move(calls));
   return step;
 }
 

@@ -268,6 +268,26 @@ MatmulPlan plan_matmul(const Shape& a, const Shape& b, DType operand, DType out,
   return mp;
 }
 
+std::vector<MatmulPlan> matmul_plans(const Shape& a, const Shape& b, DType operand, DType out, const std::string& backend) {
+  std::vector<MatmulPlan> plans{plan_matmul(a, b, operand, out, backend)};
+  const MatmulPlan& tuned = plans[0];
+  if (tuned.compiler.num_warps == 8 && tuned.n >= 256) {
+    MatmulPlan wide = tuned;
+    wide.bn = 256;
+    wide.compiler.num_stages = 4;
+    wide.grid.back() = cdiv(wide.n, wide.bn);
+    plans.push_back(wide);
+  }
+  return plans;
+}
+
+std::string MatmulPlan::label() const {
+  std::string s = std::to_string(bm) + "x" + std::to_string(bn) + "x" + std::to_string(bk);
+  if (compiler.num_warps) s += " w" + std::to_string(compiler.num_warps);
+  if (compiler.num_stages) s += " s" + std::to_string(compiler.num_stages);
+  return s;
+}
+
 // Batch dimensions squeezed (one program per batch index), then a (rows, cols) block at grid axes
 // nb + row_axis and nb + col_axis (-1: block 0).
 BlockSpec MatmulPlan::spec(int64_t rows, int64_t cols, int row_axis, int col_axis) const {
@@ -296,16 +316,22 @@ Value MatmulPlan::compute(const Ref& a, const Ref& b) const {
 
 namespace {
 
+// One kernel per candidate tiling; several make an autotune.
 KernelStep lower_matmul(const Program& p, const Eqn& e, const std::string& backend) {
   const DType out_t = p.type(e.outs[0]).dtype;
-  const MatmulPlan mp =
-      plan_matmul(p.type(e.ins[0]).shape, p.type(e.ins[1]).shape, p.type(e.ins[0]).dtype, out_t, backend);
-  auto kernel = [mp](Refs refs) { store(refs[2], mp.compute(refs[0], refs[1]).astype(refs[2].dtype())); };
+  std::vector<std::string> labels;
+  std::vector<std::shared_ptr<detail::CallImpl>> calls;
+  for (const MatmulPlan& mp :
+       matmul_plans(p.type(e.ins[0]).shape, p.type(e.ins[1]).shape, p.type(e.ins[0]).dtype, out_t, backend)) {
+    auto kernel = [mp](Refs refs) { store(refs[2], mp.compute(refs[0], refs[1]).astype(refs[2].dtype())); };
+    labels.push_back(mp.label());
+    calls.push_back(make_kernel("matmul", kernel, {{p.type(e.outs[0]).shape, out_t}}, mp.grid,
+                                {mp.lhs_spec(), mp.rhs_spec()}, {mp.out_spec()}, backend, {}, mp.compiler));
+  }
   KernelStep s;
   s.ins = e.ins;
   s.outs = e.outs;
-  s.call = make_kernel("matmul", kernel, {{p.type(e.outs[0]).shape, out_t}}, mp.grid, {mp.lhs_spec(), mp.rhs_spec()},
-                       {mp.out_spec()}, backend, {}, mp.compiler);
+  s.call = calls.size() == 1 ? calls[0] : detail::make_choice("matmul", std::move(labels), std::move(calls));
   return s;
 }
 
