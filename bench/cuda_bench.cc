@@ -109,6 +109,11 @@ void check(const std::string& what, double err, double tol) {
 }
 
 std::string tflops(double flops, double ms) { return std::to_string(static_cast<int>(flops / ms / 1e9)) + " TFLOP/s"; }
+std::string fixed(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", v);
+  return b;
+}
 std::string gbps(double bytes, double ms) { return std::to_string(static_cast<int>(bytes / ms / 1e6)) + " GB/s"; }
 
 pl::Device gpu() { return pl::cuda_device(0); }
@@ -227,16 +232,24 @@ void bench_matmul() {
     report("matmul bf16", "8192^3", "cuBLASLt (same binary)", ms, tflops(flops, ms));
   }
 #endif
-  // The program level's matmul (jnp::matmul under jit: the kernel plan_matmul generates).
-  try {
-    auto jm = pl::jit([](const pl::Array& x, const pl::Array& y) { return jnp::matmul(x, y); });
-    pl::Array out = jm(a, b);
-    if (ref.defined())
-      check("jit(jnp::matmul) vs cuBLASLt (relative)", pl::rel_error(pl::to_host(out).astype(pl::f64), pl::to_host(ref).astype(pl::f64)), 1.0 / 128);
-    const double ms = kernel_ms([&] { out = jm(a, b); }, 2, 10);
-    report("matmul bf16", "8192^3", "palladium jit(jnp::matmul)", ms, tflops(flops, ms));
-  } catch (const std::exception& e) {
-    fail(std::string("jit(jnp::matmul): ") + e.what());
+  // The program level's matmul (jnp::matmul under jit): its candidate tilings autotuned at the
+  // first call (PALLADIUM_AUTOTUNE_VERBOSE=1 prints the times and the choice), and the first
+  // tiling alone (PALLADIUM_AUTOTUNE=0).
+  for (const bool tuned : {false, true}) {
+    try {
+      auto jm = pl::jit([](const pl::Array& x, const pl::Array& y) { return jnp::matmul(x, y); });
+      if (!tuned) ::setenv("PALLADIUM_AUTOTUNE", "0", 1);  // every call takes the first tiling
+      pl::Array out = jm(a, b);
+      if (ref.defined())
+        check("jit(jnp::matmul) vs cuBLASLt (relative)", pl::rel_error(pl::to_host(out).astype(pl::f64), pl::to_host(ref).astype(pl::f64)), 1.0 / 128);
+      const double ms = kernel_ms([&] { out = jm(a, b); }, 2, 10);
+      ::unsetenv("PALLADIUM_AUTOTUNE");
+      report("matmul bf16", "8192^3", tuned ? "palladium jit(jnp::matmul), autotuned" : "palladium jit(jnp::matmul), first tiling",
+             ms, tflops(flops, ms));
+    } catch (const std::exception& e) {
+      ::unsetenv("PALLADIUM_AUTOTUNE");
+      fail(std::string("jit(jnp::matmul): ") + e.what());
+    }
   }
   struct Config { int64_t bm, bn, bk; int warps, stages; };
   // 8 warps per 128 rows (16 per 256) run on wgmma (sm_90a); 4 warps per 128 rows on mma.sync.
@@ -309,6 +322,33 @@ void for_each_attention_case(const std::function<void(const AttentionCase&)>& ru
       }
     }
   }
+}
+
+// MhaOptions::autotune against the default blocks (128 x 128), forward, seq 2048, both head sizes:
+// the tuned call's first run times its candidates (PALLADIUM_AUTOTUNE_VERBOSE=1 prints them).
+void bench_autotune() {
+  for_each_attention_case([&](const AttentionCase& c) {
+    if (c.seq != 2048) return;
+    double base_ms = 0;
+    for (bool tuned : {false, true}) {
+      pl::ops::MhaOptions o{.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d))),
+                            .causal = c.causal, .block_q = 128, .block_k = 128, .backend = "cuda"};
+      o.autotune = tuned;
+      try {
+        pl::Array out;
+        const double ms = kernel_ms([&] { out = pl::ops::mha(c.q, c.k, c.v, pl::Array(), o); }, 2, 10);
+        if (!tuned) base_ms = ms;
+        report("attn fwd", c.tag(), tuned ? "palladium mha, autotuned blocks" : "palladium mha, blocks 128 x 128", ms,
+               tflops(c.forward_flops(), ms) + (tuned ? "; " + fixed(base_ms / ms) + "x the default" : ""));
+        auto ref = pl::ops::mha_reference(first_head(c.q), first_head(c.k), first_head(c.v), pl::Array(), o.sm_scale,
+                                          c.causal);
+        check("attn fwd " + c.tag() + (tuned ? " autotuned" : " default") + " head 0 vs float64",
+              pl::rel_error(first_head(out), ref.out), 5e-3);
+      } catch (const std::exception& e) {
+        fail("attention autotune " + c.tag() + ": " + e.what());
+      }
+    }
+  });
 }
 
 void bench_attention() {
@@ -777,6 +817,7 @@ int main(int argc, char** argv) {
       else if (p == "attention-bwd") bench_attention_backward();
       else if (p == "indrnn") bench_indrnn();
       else if (p == "norms") bench_norms();
+      else if (p == "autotune") bench_autotune();
       else if (p == "checks") bench_checks();
       else if (p == "paged") bench_paged();
       else if (p == "grad-attention") bench_grad_attention();

@@ -257,8 +257,9 @@ BlockSpec seg_block(const Dims& d, const Array& segment_ids) {
   return BlockSpec({None, d.seq_len}, [](Index, Index j, Index) { return idx(j, 0); });
 }
 
-std::vector<Array> forward(const Array& q, const Array& k, const Array& v, const Array& seg, const MhaOptions& o,
-                           bool residual) {
+// The forward's pallas_call for these blocks, and its key.
+std::pair<std::string, Callable<std::vector<Array>>> forward_call(const Array& q, const Array& k, const Array& v,
+                                                                  const Array& seg, const MhaOptions& o, bool residual) {
   Dims d = check_inputs(residual ? "mha_forward" : "mha", q, k, v, seg, o);
   CallOptions c = call_options("mha_forward", {cdiv(d.seq_len, d.block_q), d.batch, d.num_heads}, o, o.num_stages);
   c.in_specs = {q_block(d), kv_block(d), kv_block(d), seg_block(d, seg)};
@@ -273,7 +274,29 @@ std::vector<Array> forward(const Array& q, const Array& k, const Array& v, const
                        d.block_k);
   };
   const std::string key = call_key(params_key(d, o) + (residual ? ",lse" : "") + (seg.defined() ? ",seg" : ""), c, outs);
-  return cached_call<std::vector<Array>>(key, [&] { return pallas_call(kernel, outs, c); }).call({q, k, v, seg});
+  return {key, cached_call<std::vector<Array>>(key, [&] { return pallas_call(kernel, outs, c); })};
+}
+
+std::vector<Array> forward(const Array& q, const Array& k, const Array& v, const Array& seg, const MhaOptions& o,
+                           bool residual) {
+  if (!o.autotune) return forward_call(q, k, v, seg, o, residual).second.call({q, k, v, seg});
+  // The block shapes that divide the sequence, timed once per signature and device (autotune).
+  std::string key = "autotune";
+  std::vector<std::pair<std::string, Callable<std::vector<Array>>>> candidates;
+  for (auto [bq, bk] : {std::pair<int64_t, int64_t>{128, 128}, {128, 64}, {64, 128}, {64, 64}}) {
+    if (q.ndim() != 4 || k.ndim() != 4 || q.shape()[1] % bq != 0 || k.shape()[1] % bk != 0) continue;
+    MhaOptions c = o;
+    c.block_q = bq;
+    c.block_k = bk;
+    c.autotune = false;
+    auto [ck, call] = forward_call(q, k, v, seg, c, residual);
+    key += "|" + ck;
+    candidates.emplace_back("block_q " + std::to_string(bq) + ", block_k " + std::to_string(bk), call);
+  }
+  if (candidates.empty()) return forward_call(q, k, v, seg, o, residual).second.call({q, k, v, seg});  // its error
+  return cached_call<std::vector<Array>>(key, [&] {
+           return autotune<std::vector<Array>>(residual ? "mha_forward" : "mha", candidates);
+         }).call({q, k, v, seg});
 }
 
 }  // namespace

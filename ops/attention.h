@@ -34,6 +34,10 @@ struct MhaOptions {
   // block_q == block_k). At 128 the backward's tiles overflow the registers (H100, head_dim 64:
   // 25 TF/s against 161 at 64), so 64 is the default.
   int64_t backward_block = 64;
+  // The forward's block_q and block_k chosen by timing the shapes among 128 and 64 that divide the
+  // sequence, at the first call of each input signature on each device (pl::autotune; remembered in
+  // the disk cache). block_q and block_k are then ignored by the forward.
+  bool autotune = false;
 };
 
 // mha(q, k, v, segment_ids): the attention output.

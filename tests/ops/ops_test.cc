@@ -2,6 +2,9 @@
 // custom VJP against float64 references, and IndRNN against the plain loop.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include "backends/backend.h"
 #include "ops/attention.h"
@@ -123,6 +126,35 @@ TEST(Attention, BackwardBlocksIndependentOfTheForward) {
   opt.backward_block = -8;
   EXPECT_THAT(pl::test_support::error_message([&] { (void)pl::ops::mha_vjp(q, k, v, pl::Array(), opt).backward(dout); }),
               ::testing::HasSubstr("mha_backward: backward_block must be positive, or 0 for the forward's blocks, got -8"));
+}
+
+// MhaOptions::autotune times the block shapes that divide the sequence (here 128 x 128, 128 x 64,
+// 64 x 128 and 64 x 64) at the first call and runs the fastest: forward, residuals and gradients
+// through the custom VJP equal the float64 reference, inside jit(grad) too.
+TEST(Attention, AutotunedBlocksMatchFloat64Reference) {
+  std::string backend = "interpret";
+  for (const std::string& b : pl::available_backends())
+    if (b == "cpu") backend = b;
+  const std::string dir = (std::filesystem::temp_directory_path() / ("pl-mha-autotune-" + std::to_string(::getpid()))).string();
+  pl::test_support::ScopedEnv cache("PALLADIUM_CACHE_DIR", dir);
+  auto keys = pl::random::split(pl::random::key(9), 4);
+  const pl::Shape s{1, 256, 2, 16};
+  pl::Array q = pl::random::normal(keys[0], s), k = pl::random::normal(keys[1], s);
+  pl::Array v = pl::random::normal(keys[2], s), dout = pl::random::normal(keys[3], s);
+  pl::ops::MhaOptions opt{.sm_scale = 0.25f, .causal = true, .block_q = 7, .block_k = 7, .backend = backend};
+  opt.autotune = true;  // block_q and block_k of 7 would be an error: the forward ignores them
+  auto ref = pl::ops::mha_reference(q, k, v, pl::Array(), opt.sm_scale, opt.causal);
+  EXPECT_LT(pl::rel_error(pl::ops::mha(q, k, v, pl::Array(), opt), ref.out), 1e-5);
+  opt.backward_block = 64;
+  auto loss = [opt](const pl::Array& q_, const pl::Array& k_, const pl::Array& v_, const pl::Array& d_) {
+    return pl::jnp::sum(pl::ops::mha(q_, k_, v_, pl::Array(), opt) * d_);
+  };
+  auto [dq, dk, dv] = pl::jit(pl::grad<0, 1, 2>(loss))(q, k, v, dout);
+  auto [rdq, rdk, rdv] = pl::ops::mha_reference_backward(q, k, v, pl::Array(), dout, opt.sm_scale, opt.causal);
+  EXPECT_LT(pl::rel_error(dq, rdq), 1e-5);
+  EXPECT_LT(pl::rel_error(dk, rdk), 1e-5);
+  EXPECT_LT(pl::rel_error(dv, rdv), 1e-5);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(AttentionErrors, ShapesDtypesBlocksAndSegmentIds) {
