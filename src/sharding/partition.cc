@@ -424,21 +424,50 @@ class Partitioner {
       bool split = false;
       for (size_t f = 0; f < factors.size(); ++f) split = split || (factors[f].grid_axis >= 0 && !axes[f].empty());
       if (!split) return q;
-      // An autotune splits as its first candidate (the grid axes found are that candidate's).
-      const auto* chosen = static_cast<const detail::CallImpl*>(q.callee.get());
-      while (!chosen->choices.empty()) chosen = chosen->choices[0].get();
-      const detail::CallImpl& global_call = *chosen;
-      CallOptions options = global_call.options;
+      for (size_t o = 0; o < made.size(); ++o) q.out_types.at(o).shape = made[o].local_shape(g_.type(e.outs[o]).shape);
+      // `call` over this device's slice of each split grid axis (factor f's at axis_of[f]).
+      auto local_call = [&](const detail::CallImpl& call, const std::vector<int>& axis_of) {
+        CallOptions options = call.options;
+        for (size_t f = 0; f < factors.size(); ++f)
+          if (axis_of[f] >= 0) options.grid.at(static_cast<size_t>(axis_of[f])) /= group_size(axes[f]);
+        std::vector<ShapeDtype> outs = call.out_shapes;
+        for (size_t o = 0; o < made.size(); ++o) outs.at(o).shape = q.out_types.at(o).shape;
+        return detail::make_call(call.kernel, std::move(outs), std::move(options));
+      };
+      std::vector<int> split_axis(factors.size(), -1);
       for (size_t f = 0; f < factors.size(); ++f)
-        if (factors[f].grid_axis >= 0 && !axes[f].empty())
-          options.grid.at(static_cast<size_t>(factors[f].grid_axis)) /= group_size(axes[f]);
-      std::vector<ShapeDtype> outs = global_call.out_shapes;
-      for (size_t o = 0; o < made.size(); ++o) {
-        const Shape local = made[o].local_shape(g_.type(e.outs[o]).shape);
-        outs.at(o).shape = local;
-        q.out_types.at(o).shape = local;
+        if (factors[f].grid_axis >= 0 && !axes[f].empty()) split_axis[f] = factors[f].grid_axis;
+      const auto* callee = static_cast<const detail::CallImpl*>(q.callee.get());
+      if (callee->choices.empty()) {
+        q.callee = local_call(*callee, split_axis);
+        return q;
       }
-      q.callee = detail::make_call(global_call.kernel, std::move(outs), std::move(options));
+      // An autotune was split as its first candidate: each candidate whose grid splits the same
+      // way (a grid axis whose blocks follow the same operand and result dimensions, divisible by
+      // the group) stays a candidate, over its own slice.
+      std::vector<std::string> labels;
+      std::vector<std::shared_ptr<detail::CallImpl>> calls;
+      for (size_t i = 0; i < callee->choices.size(); ++i) {
+        const detail::CallImpl& c = *callee->choices[i];
+        if (c.inner || !c.choices.empty()) continue;
+        std::vector<std::vector<std::pair<int, int>>> dims = pallas_grid_dims(&c, e, g_);
+        for (auto& d : dims) std::sort(d.begin(), d.end());
+        std::vector<int> axis_of(factors.size(), -1);
+        bool same = true;
+        for (size_t f = 0; f < factors.size() && same; ++f) {
+          if (split_axis[f] < 0) continue;
+          std::vector<std::pair<int, int>> want = factors[f].dims;
+          std::sort(want.begin(), want.end());
+          for (size_t a = 0; a < dims.size() && axis_of[f] < 0; ++a)
+            if (dims[a] == want && c.options.grid.at(a) % group_size(axes[f]) == 0) axis_of[f] = static_cast<int>(a);
+          same = axis_of[f] >= 0;
+        }
+        if (!same) continue;
+        labels.push_back(callee->choice_labels[i]);
+        calls.push_back(local_call(c, axis_of));
+      }
+      PL_ASSERT(!calls.empty(), "the first candidate of autotune '", callee->choice_name, "' splits as its factors say");
+      q.callee = calls.size() == 1 ? calls[0] : detail::make_choice(callee->choice_name, std::move(labels), std::move(calls));
       return q;
     }
     const Shape out_local = made[0].local_shape(g_.type(e.outs[0]).shape);

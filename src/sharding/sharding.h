@@ -57,6 +57,11 @@ struct Factor {
 };
 using FactorRule = std::vector<Factor> (*)(const program::Eqn& e, const program::Program& p);
 FactorRule factor_rule(program::Prim p);
+// A pallas_call's grid axes (indexed by axis) and the operand and result dimensions whose blocks
+// each follows, where its programs along the axis are independent (empty: not splittable); for
+// `call` (not an autotune) bound by equation `e` of `p`.
+std::vector<std::vector<std::pair<int, int>>> pallas_grid_dims(const detail::CallImpl* call,
+                                                               const program::Eqn& e, const program::Program& p);
 // How partial results of a contracting factor combine: "sum", "max", "min".
 const char* partial_reduction(program::Prim p);
 

@@ -243,11 +243,11 @@ std::vector<std::vector<std::pair<int, int>>> grid_factor_dims(const detail::Cal
   return out;
 }
 
-Factors factors_pallas_call(const Eqn& e, const Program& p) {
-  const auto* call = static_cast<const detail::CallImpl*>(e.params.callee.get());
-  // An autotune's candidates compute one function: the first one's grid tells how it splits.
-  while (call != nullptr && !call->choices.empty()) call = call->choices[0].get();
-  if (call == nullptr || call->inner) return {};
+}  // namespace
+
+std::vector<std::vector<std::pair<int, int>>> pallas_grid_dims(const detail::CallImpl* call, const Eqn& e,
+                                                               const Program& p) {
+  if (call == nullptr || call->inner || !call->choices.empty()) return {};
   // Traced once per call and operand types (rules are asked several times per partitioning).
   detail::InputTypes types;
   size_t next = 0;
@@ -277,6 +277,17 @@ Factors factors_pallas_call(const Eqn& e, const Program& p) {
     std::lock_guard<std::mutex> lock(mu);
     cache[{call, key}] = grid_dims;
   }
+  return grid_dims;
+}
+
+namespace {
+
+Factors factors_pallas_call(const Eqn& e, const Program& p) {
+  const auto* call = static_cast<const detail::CallImpl*>(e.params.callee.get());
+  // An autotune's candidates compute one function: the first one's grid tells how it splits (the
+  // partitioner keeps the candidates whose grids split the same way).
+  while (call != nullptr && !call->choices.empty()) call = call->choices[0].get();
+  const std::vector<std::vector<std::pair<int, int>>> grid_dims = pallas_grid_dims(call, e, p);
   Factors fs;
   for (size_t g = 0; g < grid_dims.size(); ++g)
     if (!grid_dims[g].empty()) fs.push_back({grid_dims[g], false, static_cast<int>(g)});

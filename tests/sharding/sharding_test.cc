@@ -4,6 +4,9 @@
 // seed's errors. Sharded results are compared with float64 references (relative error) and with
 // the unsharded run (exactly, where no reduction is reordered).
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include <thread>
 
@@ -449,6 +452,43 @@ TEST(ShardingKernels, PallasCallSplitsAlongItsGrid) {
   EXPECT_TRUE(pl::array_equal(pl::to_host(h(x)), indexed(x)));
   const std::string low2 = h.lower(x);
   EXPECT_TRUE(contains(low2, "all_gather")) << low2;
+}
+
+// An autotune split along its grid keeps every candidate whose grid splits the same way: each
+// device times both tilings on its rows (PALLADIUM_AUTOTUNE_VERBOSE prints the times), with no
+// communication, and a candidate that cannot take a slice of the grid (its program index in the
+// result) is dropped for the split call.
+TEST(ShardingKernels, AutotunedPallasCallSplitsWithItsCandidates) {
+  NEED_CPU_DEVICES(2);
+  const std::string dir = (std::filesystem::temp_directory_path() / ("pl-split-autotune-" + std::to_string(::getpid()))).string();
+  ScopedEnv cache("PALLADIUM_CACHE_DIR", dir);
+  ScopedEnv verbose("PALLADIUM_AUTOTUNE_VERBOSE", "1");
+  auto rows_of = [](int64_t block) {
+    pl::BlockSpec spec({block, 8}, [](pl::Value i) { return std::make_tuple(i, 0); });
+    return pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::jnp::exp(x[pl::all]) * 2.0f; },
+                           pl::ShapeDtype({64, 8}, pl::f32),
+                           {.grid = {64 / block}, .in_specs = {spec}, .out_specs = {spec}, .name = "rows"});
+  };
+  auto indexed = pl::pallas_call(
+      [](pl::Ref xr, pl::Ref o) { o[pl::all] = pl::jnp::exp(xr[pl::all]) * 2.0f + pl::jnp::astype(pl::program_id(0), pl::f32) * 0.0f; },
+      pl::ShapeDtype({64, 8}, pl::f32),
+      {.grid = {8}, .in_specs = {pl::BlockSpec({8, 8}, [](pl::Value i) { return std::make_tuple(i, 0); })},
+       .out_specs = {pl::BlockSpec({8, 8}, [](pl::Value i) { return std::make_tuple(i, 0); })}, .name = "indexed"});
+  auto tuned = pl::autotune<Array>("rows", {{"block 8", rows_of(8)}, {"block 16", rows_of(16)}, {"indexed", indexed}});
+  auto f = [tuned](const Array& x) { return tuned(x) + 1.0; };
+  const Array x = randn({64, 8}, 31);
+  auto g = pl::sharded_jit(f, PartitionSpec(2, 1), PartitionSpec(2, 1));
+  ::testing::internal::CaptureStderr();
+  const Array got = pl::to_host(g(x));
+  const std::string timed = ::testing::internal::GetCapturedStderr();
+  EXPECT_LT(pl::rel_error(got, pl::jnp::exp(x.astype(pl::f64)) * 2.0 + 1.0), 1e-6);
+  EXPECT_TRUE(contains(timed, "autotune 'rows' on cpu: block 8 ")) << timed;
+  EXPECT_TRUE(contains(timed, "; block 16 ")) << timed;
+  EXPECT_FALSE(contains(timed, "indexed")) << timed;
+  const std::string low = g.lower(x);
+  EXPECT_FALSE(contains(low, "all_gather")) << low;
+  EXPECT_TRUE(contains(low, "%1:f32[32,8] = pallas_call[name=rows](%0)")) << low;
+  std::filesystem::remove_all(dir);
 }
 
 // The seed's attention sharded over heads and over batch: every kernel (forward and, under grad,
