@@ -180,6 +180,7 @@ CallDesc describe_vmap(const CallImpl& c, const InputTypes& inputs) {
 }  // namespace
 
 CallDesc describe(const CallImpl& call, const InputTypes& inputs) {
+  if (!call.choices.empty()) return describe(*call.choices[0], inputs);  // an autotune: as its first candidate
   return call.inner ? describe_vmap(call, inputs) : describe_base(call, inputs);
 }
 

@@ -137,6 +137,11 @@ TEST(Autotune, JitAndVmapCallTheChoice) {
   const Array xs = pl::random::normal(pl::random::key(90), {3, 4096});
   EXPECT_LT(pl::rel_error(batched(xs), reference(xs)), 1e-7);
   EXPECT_FALSE(pl::autotune_choice(batched, {xs}).empty());
+  // The batched autotune bound inside jit has the batched result type.
+  auto jb = pl::jit([batched](const Array& a) { return batched(a) * 3.0; });
+  const Array got = jb(xs);
+  EXPECT_EQ(got.shape(), (pl::Shape{3, 4096}));
+  EXPECT_LT(pl::rel_error(got, reference(xs) * 3.0), 1e-7);
 }
 
 }  // namespace
