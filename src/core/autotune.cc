@@ -56,22 +56,19 @@ std::string text_or_error(const CallImpl& c, const std::vector<Array>& inputs) {
   }
 }
 
-// The input types and the device: what a choice is made for, within one call.
-std::string types_and_device(const std::vector<Array>& inputs, Device d) {
-  std::string key;
-  for (const Array& a : inputs) key += "|" + (a.defined() ? type_str(ShapeDtype(a.shape(), a.dtype())) : std::string("none"));
-  return key + "|" + d.str();
-}
-
-std::string signature(const CallImpl& call, const std::vector<Array>& inputs, Device d) {
+// The key of a choice on disk: the candidates themselves (their labels, backends, compiler
+// parameters and kernel IR, so that two autotunes of one name over different kernels, such as a
+// causal and a plain attention, do not share an entry), the input types and the device.
+std::string disk_key(const CallImpl& call, const std::vector<Array>& inputs, Device d) {
   std::string key = "autotune " + call.choice_name;
   for (size_t i = 0; i < call.choices.size(); ++i) {
-    const CompilerParams& cp = call.choices[i]->base().options.compiler_params;
-    key += "|" + call.choice_labels[i] + "@" + call.choices[i]->base().options.backend + " w" +
-           std::to_string(cp.num_warps) + " s" + std::to_string(cp.num_stages) + (cp.fast_math ? " fast" : "") +
-           (cp.allow_tf32 ? " tf32" : "") + " " + backend::hash_hex(text_or_error(*call.choices[i], inputs));
+    const CallOptions& o = call.choices[i]->base().options;
+    const CompilerParams& cp = o.compiler_params;
+    key += "|" + call.choice_labels[i] + "@" + choose_backend(o) + " w" + std::to_string(cp.num_warps) + " s" +
+           std::to_string(cp.num_stages) + (cp.fast_math ? " fast" : "") + (cp.allow_tf32 ? " tf32" : "") + " " +
+           backend::hash_hex(text_or_error(*call.choices[i], inputs));
   }
-  return key + types_and_device(inputs, d) + "|" + device_description(d);
+  return key + "|" + signature(types_of(inputs), d.str()) + "|" + device_description(d);
 }
 
 // Made at each use (a signature's first call only): PALLADIUM_CACHE_DIR as it is then.
@@ -99,11 +96,11 @@ double seconds_of(const CallImpl& c, const std::vector<Array>& inputs, Device d,
 size_t choose(const CallImpl& call, const std::vector<Array>& inputs) {
   if (tuning_off()) return 0;
   const Device d = device_of(inputs);
-  const std::string mine = types_and_device(inputs, d);
+  const std::string mine = signature(types_of(inputs), d.str());  // the choice within this call
   CallImpl::Tuning& t = *call.tuning;
   std::lock_guard<std::mutex> lock(t.mu);  // concurrent first calls time once
   if (auto it = t.chosen.find(mine); it != t.chosen.end()) return it->second;
-  const std::string key = signature(call, inputs, d);  // traces the candidates: first calls only
+  const std::string key = disk_key(call, inputs, d);  // traces the candidates: first calls only
   if (std::optional<std::string> stored = disk().load(key))
     for (size_t i = 0; i < call.choice_labels.size(); ++i)
       if (call.choice_labels[i] == *stored) return t.chosen[mine] = i;

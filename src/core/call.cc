@@ -82,6 +82,8 @@ void add_ref(ir::Kernel& kernel, ir::Builder& b, const std::vector<Value>& pids,
   refs.emplace_back(static_cast<int>(kernel.refs.size() - 1), kernel.refs.back().ref_shape, sd.dtype);
 }
 
+}  // namespace
+
 std::string signature(const InputTypes& in, const std::string& backend_name) {
   std::string key = backend_name;
   for (const auto& t : in) key += "|" + (t ? std::string(dtype_name(t->dtype)) + shape_str(t->shape) : "none");
@@ -102,6 +104,8 @@ InputTypes types_of(const std::vector<Array>& inputs) {
   }
   return t;
 }
+
+namespace {
 
 std::shared_ptr<CallImpl::Cache::Entry> entry_for(const CallImpl& call, const InputTypes& in) {
   const CallOptions& o = call.base().options;

@@ -46,6 +46,12 @@ class CallImpl {
 
 using InputTypes = std::vector<std::optional<ShapeDtype>>;  // nullopt: a None input
 
+InputTypes types_of(const std::vector<Array>& inputs);  // undefined inputs are None
+// The backend a call runs on: interpret, its options' backend, else the default.
+std::string choose_backend(const CallOptions& o);
+// "cuda|bfloat16(8, 4)|none": the backend and input types a compiled call is cached under.
+std::string signature(const InputTypes& in, const std::string& backend_name);
+
 // The kernel IR `call` traces for these inputs (undefined ones are None), as printed: what the
 // call computes and how (autotune keys its disk entries by it).
 std::string kernel_text(const CallImpl& call, const std::vector<Array>& inputs);

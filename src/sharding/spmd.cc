@@ -74,7 +74,7 @@ SpmdExecutable compile_spmd(const program::Program& partitioned, const Mesh& mes
       exes.push_back(host);
     } else {
       // Replayed as CUDA graphs between its collectives from the third run (executor_graph.cc).
-      exes.push_back(program::Executable::compile(local, d, {.backend = "", .fuse = true, .graphs = true}));
+      exes.push_back(program::Executable::compile(local, d, {.graphs = true}));
     }
   }
   return exes;
