@@ -173,6 +173,7 @@ std::vector<Ref> scoped_buffers(const std::vector<ShapeDtype>& types) {
       const size_t o = sb->next_output++;
       add_ref(*sb->kernel, b, *sb->pids, true, o, array, spec, refs);
       sb->kernel->refs.back().name = "s" + std::to_string(o - sb->desc->num_results());
+      sb->kernel->refs.back().scratch = true;
     }
   });
   return refs;
@@ -211,7 +212,10 @@ ir::Kernel trace_kernel(const CallImpl& call, const CallDesc& d) {
   for (size_t o = 0; o < d.outputs.size(); ++o) {
     check_prefetch(d.out_specs[o], "out_specs[" + std::to_string(o) + "]");
     add_ref(kernel, b, pids, true, o, d.outputs[o], d.out_specs[o], refs);
-    if (o >= d.num_results()) kernel.refs.back().name = "s" + std::to_string(o - d.num_results());  // scratch
+    if (o >= d.num_results()) {  // scratch
+      kernel.refs.back().name = "s" + std::to_string(o - d.num_results());
+      kernel.refs.back().scratch = true;
+    }
   }
 
   ScopedBuffers scoped{&kernel, &b, &d, &pids, d.outputs.size()};

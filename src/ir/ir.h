@@ -78,6 +78,7 @@ struct Region {
 struct RefParam {
   std::string name;             // "x0" for input 0, "o1" for output 1, or the user's name
   bool is_output = false;
+  bool scratch = false;         // an output that is a scratch buffer, dropped after the call
   int operand = 0;              // index among the inputs or among the outputs
   DType dtype = DType::float32;
   Shape array_shape;

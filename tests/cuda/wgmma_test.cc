@@ -59,6 +59,61 @@ TEST(CudaWgmma, MatmulKLoop) {
   }
 }
 
+// JAX's Pallas matmul form, a 3-D grid whose last axis is `arbitrary` and accumulates the output
+// block, becomes the K loop above (backends/common/chain_loops.h): its source has the wgmma loop
+// with cp.async prefetches and no loop over programs. So does the scratch-accumulator form; both
+// match the interpreter.
+TEST(CudaWgmma, GridKMatmulCompilesAsAPipelinedKLoop) {
+  PL_REQUIRE_NVRTC();
+  WgmmaOn on;
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("pl-chain-loop-test-" + std::to_string(::getpid()))).string();
+  test_support::ScopedEnv debug_dir{"PALLADIUM_DEBUG_DIR", dir};
+  const int64_t m = 256, n = 256, k = 320, bm = 128, bn = 128, bk = 64;
+  const Array x = normal(31, {m, k}, bf16), y = normal(32, {k, n}, bf16);
+  for (bool scratch : {false, true}) {
+    SCOPED_TRACE(scratch ? "scratch accumulator" : "output accumulator");
+    std::filesystem::remove_all(dir);
+    auto make = [&](const std::string& be) {
+      pl::CallOptions o{.grid = {m / bm, n / bn, k / bk},
+                        .dimension_semantics = {pl::parallel, pl::parallel, pl::arbitrary},
+                        .in_specs = {pl::BlockSpec({bm, bk}, [](pl::Index i, pl::Index, pl::Index kk) { return pl::idx(i, kk); }),
+                                     pl::BlockSpec({bk, bn}, [](pl::Index, pl::Index j, pl::Index kk) { return pl::idx(kk, j); })},
+                        .out_specs = {pl::BlockSpec({bm, bn}, [](pl::Index i, pl::Index j, pl::Index) { return pl::idx(i, j); })},
+                        .name = scratch ? "grid_k_scratch" : "grid_k",
+                        .debug = be == "cuda",
+                        .backend = be,
+                        .compiler_params = {.num_warps = 8, .num_stages = 3}};
+      if (!scratch) {
+        return pl::pallas_call(
+            [bm, bn](pl::Ref x_ref, pl::Ref y_ref, pl::Ref o_ref) {
+              pl::when(pl::program_id(2) == 0, [&] { o_ref[pl::all] = jnp::zeros({bm, bn}); });
+              o_ref[pl::all] = o_ref[pl::all] + pl::dot(x_ref[pl::all], y_ref[pl::all]);
+            },
+            pl::ShapeDtype({m, n}, pl::f32), o);
+      }
+      o.scratch_shapes = {pl::ShapeDtype({bm, bn}, pl::f32)};
+      return pl::pallas_call(
+          [bm, bn](pl::Ref x_ref, pl::Ref y_ref, pl::Ref o_ref, pl::Ref acc) {
+            pl::when(pl::program_id(2) == 0, [&] { acc[pl::all] = jnp::zeros({bm, bn}); });
+            acc[pl::all] = acc[pl::all] + pl::dot(x_ref[pl::all], y_ref[pl::all]);
+            pl::when(pl::program_id(2) == pl::num_programs(2) - 1,
+                     [&] { o_ref[pl::all] = acc[pl::all].astype(pl::bf16); });
+          },
+          pl::ShapeDtype({m, n}, pl::bf16), o);
+    };
+    expect_cuda_matches(make, {x, y}, scratch ? 1e-2 : 1e-5);
+    std::ifstream file(dir + (scratch ? "/pl_grid_k_scratch.cu" : "/pl_grid_k.cu"));
+    std::stringstream source;
+    source << file.rdbuf();
+    ASSERT_FALSE(source.str().empty()) << "no generated source in " << dir;
+    EXPECT_NE(source.str().find("pl_cp_async16("), std::string::npos);  // prefetched operand tiles
+    EXPECT_NE(source.str().find("pl_wgmma_"), std::string::npos);
+    EXPECT_EQ(source.str().find("pl_step"), std::string::npos);  // no loop over programs
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // The software-pipelined loop (dot_pipeline.cc) where it applies, the attention forward at
 // head_dim 128 and block_k 64 (a program has its SM to itself): present in the generated source,
 // absent with PALLADIUM_CUDA_PIPELINE=0, and both kernels match the float64 reference.

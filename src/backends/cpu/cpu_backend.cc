@@ -14,6 +14,8 @@
 #include <mutex>
 #include <optional>
 
+#include "backends/common/access_check.h"
+#include "backends/common/chain_loops.h"
 #include "backends/common/debug_print.h"
 #include "backends/cpu/codegen.h"
 #include "backends/cpu/host_compiler.h"
@@ -116,9 +118,11 @@ class CpuBackend final : public backend::Backend {
   std::string unavailable_reason() const override { return find_host_compiler().why_not; }
   bool available() const override { return host_compiler_found(); }
   std::unique_ptr<backend::Executable> compile(const ir::Kernel& kernel, const backend::CompileOptions& options) override {
-    GeneratedKernel generated = generate(kernel, backend::checks_enabled(options.params.checks));
-    std::shared_ptr<Module> module = get_module({kernel.name, generated.source, options.debug});
-    return std::make_unique<CpuExecutable>(kernel, std::move(generated), std::move(module));
+    const bool checks = backend::checks_enabled(options.params.checks);
+    const ir::Kernel k = backend::kernel_for_codegen(kernel, checks);
+    GeneratedKernel generated = generate(k, checks);
+    std::shared_ptr<Module> module = get_module({k.name, generated.source, options.debug});
+    return std::make_unique<CpuExecutable>(k, std::move(generated), std::move(module));
   }
 };
 
