@@ -11,7 +11,9 @@ namespace palladium::ops {
 
 struct NormOptions {
   double eps = 1e-5;
-  int64_t block_rows = 16;  // rows per program (the largest divisor of the row count up to this)
+  // Rows per program: the largest divisor of the row count up to this. 0: chosen for the backend
+  // (CUDA: rows of up to 4096 elements in all, at least one; otherwise 16).
+  int64_t block_rows = 0;
   std::string backend;      // "" = the default backend
 };
 

@@ -67,6 +67,31 @@ TEST(CudaLayout, ReductionsEveryAxis) {
   }
 }
 
+// Few results over long rows (a norm's row statistics): several threads share each result, within
+// a warp or across warps (8 warps, 3 rows: 64 threads a row, and a group with no row). Sums, maxima
+// and minima of floats and integers, rows of odd length, and a whole-tile reduction to a scalar.
+TEST(CudaLayout, WholeRowReductionsShareTheirThreads) {
+  PL_REQUIRE_NVRTC();
+  for (int warps : {4, 8}) {
+    for (DType t : {f32, bf16, i32}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + ", " + std::to_string(warps) + " warps");
+      const Shape shape{3, 4099};
+      auto kernel = [](pl::Ref x, pl::Ref o_sum, pl::Ref o_max, pl::Ref o_min, pl::Ref o_col, pl::Ref o_all) {
+        pl::Value v = x[pl::all];
+        o_sum[pl::all] = jnp::sum(v, 1);
+        o_max[pl::all] = jnp::max(v, 1);
+        o_min[pl::all] = jnp::min(v, 1);
+        o_col[pl::all] = jnp::max(x(pl::slice(0, 2), pl::slice()), 1);
+        o_all[pl::all] = jnp::sum(jnp::sum(v, 0), 0);
+      };
+      Array x = is_float(t) ? normal(5, shape, t) : uniform(5, shape, i32, -1000, 1000).astype(t);
+      check_kernel(kernel,
+                   {ShapeDtype({3}, t), ShapeDtype({3}, t), ShapeDtype({3}, t), ShapeDtype({2}, t), ShapeDtype({}, t)},
+                   {.name = "row_reduce", .compiler_params = {.num_warps = warps}}, {x});
+    }
+  }
+}
+
 TEST(CudaLayout, ArgmaxTiesAndNaN) {
   PL_REQUIRE_NVRTC();
   Array x = pl::zeros({4, 9});

@@ -82,6 +82,17 @@ TEST_P(Norms, BadInputsNameTheOp) {
   PL_EXPECT_ERROR(pl::ops::layer_norm(x, randn({7}, 1), randn({8}, 2), o), "layer_norm: weight must have shape (8,), got (7,)");
   PL_EXPECT_ERROR(pl::ops::rms_norm(randn({8}, 3), randn({8}, 4), o), "rms_norm: expects x of shape (rows, features), got (8,)");
   PL_EXPECT_ERROR(pl::ops::softmax(pl::arange(8).reshape({2, 4}), o), "softmax: expects a floating-point x, got int32");
+  o.block_rows = -2;
+  PL_EXPECT_ERROR(pl::ops::rms_norm(x, randn({8}, 5), o), "rms_norm: block_rows must be positive (or 0: chosen by the backend), got -2");
+}
+
+// The default block (0: chosen for the backend) gives the same results as an explicit one.
+TEST_P(Norms, DefaultRowsPerProgramMatchFloat64) {
+  Array x = randn({24, 40}, 17), w = randn({40}, 18);
+  Array x64 = x.astype(pl::f64);
+  Array want = x64 * pl::jnp::rsqrt(pl::jnp::mean(x64 * x64, {1}, true) + 1e-5) * w.astype(pl::f64);
+  pl::ops::NormOptions o{.backend = GetParam()};
+  EXPECT_LT(pl::rel_error(pl::to_host(pl::ops::rms_norm(x, w, o)), want), 1e-5);
 }
 
 std::vector<std::string> backends() {

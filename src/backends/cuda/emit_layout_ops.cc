@@ -3,6 +3,8 @@
 // value's own scratch buffer), then each result slot reads what it needs, between barriers.
 // Register-local fast paths: scalar broadcasts, same-order reshapes, and the rows of mma
 // accumulators (broadcast from and reduce to a RowSlice), which use quad shuffles.
+#include <cstdlib>
+
 #include "backends/cuda/emitter.h"
 
 namespace palladium::cuda {
@@ -233,6 +235,82 @@ void Emitter::emit_reduce(const ir::Inst& in) {
   if (!from_registers) barrier();
   const std::string buf = stage_value(x);
   if (from_registers) barrier();
+  const std::string step = std::to_string(st[static_cast<size_t>(axis)]);
+  const std::string len = std::to_string(xs[static_cast<size_t>(axis)]);
+
+  // Few results over long rows (a row statistic of a whole-row block): `group` threads per result,
+  // each folding every group-th element, then shuffles within the warp and, for groups of several
+  // warps, their partials through shared memory. One thread per result walked 4096-element rows.
+  const Shape& rs = type(r).shape;
+  const int64_t results = numel(rs);
+  int64_t group = 1;
+  while (group * 2 <= xs[static_cast<size_t>(axis)] && results * group * 2 <= threads_) group *= 2;
+  static const bool shared_rows = [] {  // PALLADIUM_CUDA_ROW_REDUCE=0: one thread per result (comparisons)
+    const char* env = std::getenv("PALLADIUM_CUDA_ROW_REDUCE");
+    return !(env && std::string(env) == "0");
+  }();
+  if (shared_rows && group >= 8 && !red.arg) {
+    const int64_t lanes = std::min<int64_t>(group, 32), warps = group / lanes;
+    const int64_t acc_bytes = red.acc_type == "pl_i64" ? 8 : reg_size(t);
+    const int64_t part_offset = staged_bytes(x);
+    const int64_t part_bytes = warps > 1 ? (results * warps * acc_bytes + 15) / 16 * 16 : 0;
+    const std::string part = warps > 1 ? stage_space(part_bytes, red.acc_type, part_offset) : "";
+    const std::string out = stage_space((results * reg_size(t) + 15) / 16 * 16, T, part_offset + part_bytes);
+    const std::string g = std::to_string(group), n = std::to_string(results), w = std::to_string(warps);
+    open("");
+    line("const int pl_re = pl_tid() / " + g + ", pl_rp = pl_tid() % " + g + ";");
+    line(red.acc_type + " acc = 0;");
+    open("if (pl_re < " + n + ")");
+    line("int pl_rr = pl_re;");
+    line("(void)pl_rr;");
+    std::string base = "0";
+    for (size_t d = rs.size(); d-- > 0;) {
+      const size_t xd = static_cast<int>(d) < axis ? d : d + 1;
+      line("const int pl_c" + std::to_string(d) + " = pl_rr % " + std::to_string(rs[d]) + ";");
+      line("pl_rr /= " + std::to_string(rs[d]) + ";");
+      base += " + pl_c" + std::to_string(d) + " * " + std::to_string(st[xd]);
+    }
+    line("const int base = " + base + ";");
+    if (in.op == ir::Op::ReduceSum) {
+      line("for (int k = pl_rp; k < " + len + "; k += " + g + ") { const " + T + " v = " + buf + "[base + k * " + step +
+           "]; " + red.step + " }");
+    } else {
+      line("acc = " + buf + "[base + pl_rp * " + step + "];");
+      line("for (int k = pl_rp + " + g + "; k < " + len + "; k += " + g + ") { const " + T + " v = " + buf + "[base + k * " +
+           step + "]; " + red.step + " }");
+    }
+    close();
+    line("#pragma unroll");
+    open("for (int m = " + std::to_string(lanes / 2) + "; m >= 1; m >>= 1)");
+    line("const " + red.acc_type + " v = __shfl_xor_sync(0xffffffffu, acc, m);");
+    line(red.step);
+    close();
+    if (warps == 1) {
+      line("if (pl_rp == 0 && pl_re < " + n + ") " + out + "[pl_re] = " + red.finish + ";");
+    } else {
+      line("if ((pl_rp & 31) == 0 && pl_re < " + n + ") " + part + "[pl_re * " + w + " + (pl_rp >> 5)] = acc;");
+      barrier();
+      open("if (pl_tid() < " + n + ")");
+      line("acc = " + part + "[pl_tid() * " + w + "];");
+      line("for (int j = 1; j < " + w + "; ++j) { const " + red.acc_type + " v = " + part + "[pl_tid() * " + w +
+           " + j]; " + red.step + " }");
+      line(out + "[pl_tid()] = " + red.finish + ";");
+      close();
+    }
+    close();
+    barrier();
+    declare(r);
+    open_slots(rl);
+    std::vector<std::string> coords;
+    for (size_t d = 0; d < rs.size(); ++d) coords.push_back(coord(rl, d));
+    const std::string v = valid(rl);
+    if (!v.empty()) line("if (!(" + v + ")) continue;");
+    line(at(r) + " = " + out + "[" + (rs.empty() ? std::string("0") : flat_index(coords, rs)) + "];");
+    close();
+    barrier();
+    return;
+  }
+
   declare(r);
   open_slots(rl);
   std::vector<std::string> src(xs.size());
@@ -240,8 +318,6 @@ void Emitter::emit_reduce(const ir::Inst& in) {
   const std::string v = valid(rl);
   if (!v.empty()) line("if (!(" + v + ")) continue;");
   line("const int base = " + flat_index(src, xs) + ";");
-  const std::string step = std::to_string(st[static_cast<size_t>(axis)]);
-  const std::string len = std::to_string(xs[static_cast<size_t>(axis)]);
   if (in.op == ir::Op::ReduceSum) {
     line(red.acc_type + " acc = 0;");
     line("for (int k = 0; k < " + len + "; ++k) { const " + T + " v = " + buf + "[base + k * " + step + "]; " +
