@@ -8,6 +8,7 @@
 //   attention fwd f32 s1024 d64    vs a straightforward -O3 C++ attention, and vs OpenBLAS sgemm
 //                                  plus a vectorised softmax (what framework CPU attention does)
 //   paged attention decode f32    vs a plain -O3 loop over the page table
+//   layer norm, RMS norm, softmax  f32 4096x1024 forward, vs plain -O3 loops over the rows
 //   compile latency                first call of the quickstart matmul (compile included), and a
 //                                  first call served from the disk cache
 //
@@ -27,6 +28,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "ops/attention.h"
 #include "ops/indrnn.h"
+#include "ops/norms.h"
 #include "ops/paged_attention.h"
 #include "palladium/palladium.h"
 
@@ -425,6 +427,84 @@ void BM_QuickstartMatmulFirstCall(benchmark::State& st) {
   ::unsetenv("PALLADIUM_CACHE_DIR");
 }
 
+// ---- norms: layer norm, RMS norm and softmax forward, f32 4096 x 1024 ----
+
+constexpr int64_t kNormRows = 4096, kNormFeatures = 1024;
+const char* const kNormNames[] = {"layer_norm", "rms_norm", "softmax"};
+
+struct NormInputs {
+  pl::Array x, w, b;
+  static const NormInputs& get() {
+    static const NormInputs in = [] {
+      auto keys = pl::random::split(pl::random::key(5), 3);
+      return NormInputs{pl::random::normal(keys[0], {kNormRows, kNormFeatures}),
+                        pl::random::normal(keys[1], {kNormFeatures}), pl::random::normal(keys[2], {kNormFeatures})};
+    }();
+    return in;
+  }
+};
+
+// range(0): 0 layer norm, 1 RMS norm, 2 softmax; range(1): rows per program (0: the ops default).
+void BM_NormPalladium(benchmark::State& st) {
+  const NormInputs& in = NormInputs::get();
+  const int which = static_cast<int>(st.range(0));
+  const pl::ops::NormOptions o{.block_rows = st.range(1), .backend = "cpu"};
+  auto run = [&] {
+    return which == 0 ? pl::ops::layer_norm(in.x, in.w, in.b, o) : which == 1 ? pl::ops::rms_norm(in.x, in.w, o)
+                                                                               : pl::ops::softmax(in.x, o);
+  };
+  const pl::Array x = in.x.astype(pl::f64), w = in.w.astype(pl::f64);
+  const pl::Array c = x - pl::jnp::mean(x, {1}, true);
+  const pl::Array want =
+      which == 0   ? c * pl::jnp::rsqrt(pl::jnp::mean(c * c, {1}, true) + 1e-5) * w + in.b.astype(pl::f64)
+      : which == 1 ? x * pl::jnp::rsqrt(pl::jnp::mean(x * x, {1}, true) + 1e-5) * w
+                   : pl::nn::softmax(x, -1);
+  if (!checked(st, kNormNames[which], pl::rel_error(run(), want), 1e-5)) return;
+  for (auto _ : st) benchmark::DoNotOptimize(run().data());
+  set_bandwidth(st, 2.0 * kNormRows * kNormFeatures * 4);
+}
+
+// The plain -O3 loops, row by row; range(1): threads.
+void BM_NormPlain(benchmark::State& st) {
+  const NormInputs& in = NormInputs::get();
+  const int which = static_cast<int>(st.range(0));
+  const float* x = static_cast<const float*>(in.x.data());
+  const float* w = static_cast<const float*>(in.w.data());
+  const float* b = static_cast<const float*>(in.b.data());
+  std::vector<float> out(static_cast<size_t>(kNormRows * kNormFeatures));
+  const int64_t n = kNormFeatures;
+  auto rows = [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      const float* xr = x + r * n;
+      float* o = out.data() + r * n;
+      if (which == 0) {
+        float mean = 0, var = 0;
+        for (int64_t i = 0; i < n; ++i) mean += xr[i];
+        mean /= static_cast<float>(n);
+        for (int64_t i = 0; i < n; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+        const float rstd = 1.0f / std::sqrt(var / static_cast<float>(n) + 1e-5f);
+        for (int64_t i = 0; i < n; ++i) o[i] = (xr[i] - mean) * rstd * w[i] + b[i];
+      } else if (which == 1) {
+        float ss = 0;
+        for (int64_t i = 0; i < n; ++i) ss += xr[i] * xr[i];
+        const float rstd = 1.0f / std::sqrt(ss / static_cast<float>(n) + 1e-5f);
+        for (int64_t i = 0; i < n; ++i) o[i] = xr[i] * rstd * w[i];
+      } else {
+        float m = -INFINITY, l = 0;
+        for (int64_t i = 0; i < n; ++i) m = std::max(m, xr[i]);
+        for (int64_t i = 0; i < n; ++i) l += (o[i] = std::exp(xr[i] - m));
+        for (int64_t i = 0; i < n; ++i) o[i] /= l;
+      }
+    }
+  };
+  for (auto _ : st) {
+    if (st.range(1) == 1) rows(0, kNormRows);
+    else parallel_for(kNormRows, rows);
+    benchmark::DoNotOptimize(out.data());
+  }
+  set_bandwidth(st, 2.0 * kNormRows * kNormFeatures * 4);
+}
+
 // Collects real times so the summary can print ratios.
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
@@ -491,6 +571,14 @@ class RatioReporter : public benchmark::ConsoleReporter {
     ratio("attention fwd vs OpenBLAS sgemm + softmax", "BM_AttentionPalladium/128/128", "BM_AttentionOpenBLAS");
     ratio("paged attention decode vs plain loop (1 thread)", "BM_PagedAttentionPalladium", "BM_PagedAttentionPlain/1");
     ratio("paged attention decode vs plain loop (threads)", "BM_PagedAttentionPalladium", "BM_PagedAttentionPlain/2");
+    for (int which = 0; which < 3; ++which) {
+      const std::string ours = fastest({"BM_NormPalladium/" + std::to_string(which) + "/0",
+                                        "BM_NormPalladium/" + std::to_string(which) + "/64"});
+      for (const char* t : {"1", "2"})
+        ratio(std::string(kNormNames[which]) + " (rows/program " + ours.substr(ours.rfind('/') + 1) + ") vs plain loop (" +
+                  (t[0] == '1' ? "1 thread" : "threads") + ")",
+              ours, "BM_NormPlain/" + std::to_string(which) + "/" + t);
+    }
   }
 
  private:
@@ -516,6 +604,8 @@ BENCHMARK(BM_AttentionOpenBLAS)->Unit(benchmark::kMillisecond)->UseRealTime();
 #endif
 BENCHMARK(BM_PagedAttentionPalladium)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_PagedAttentionPlain)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_NormPalladium)->ArgsProduct({{0, 1, 2}, {0, 64}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_NormPlain)->ArgsProduct({{0, 1, 2}, {1, 2}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_QuickstartMatmulFirstCall)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(5);
 
 int main(int argc, char** argv) {
