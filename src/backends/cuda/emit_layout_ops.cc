@@ -228,10 +228,58 @@ void Emitter::emit_reduce(const ir::Inst& in) {
     return;
   }
 
+  static const bool shared_rows = [] {  // PALLADIUM_CUDA_ROW_REDUCE=0: one thread per result (comparisons)
+    const char* env = std::getenv("PALLADIUM_CUDA_ROW_REDUCE");
+    return !(env && std::string(env) == "0");
+  }();
+  const Shape& rs = type(r).shape;
+  const int64_t results = numel(rs);
+  const bool from_registers = xl.registers();
+  const int64_t acc_bytes = red.acc_type == "pl_i64" ? 8 : reg_size(t);
+
+  // One result (a whole row of a one-row block, or a whole tile): each thread folds the elements
+  // it holds, the warp combines them through shuffles, then one thread the warps' partials.
+  if (shared_rows && results == 1 && from_registers && !red.arg) {
+    const std::string warps = std::to_string(threads_ / 32);
+    const int64_t part_bytes = (threads_ / 32 * acc_bytes + 15) / 16 * 16, flag_bytes = (threads_ / 32 * 4 + 15) / 16 * 16;
+    const std::string part = stage_space(part_bytes, red.acc_type, 0);
+    const std::string flag = stage_space(flag_bytes, "int", part_bytes);
+    const std::string out = stage_space(16, T, part_bytes + flag_bytes);
+    const std::string fold = "if (!pl_has) { acc = v; pl_has = true; } else { " + red.step + " }";
+    open("");
+    line(red.acc_type + " acc = 0;");
+    line("bool pl_has = false;");
+    open_slots(xl);
+    line("if (!(" + owner(xl) + ")) continue;");
+    line("const " + red.acc_type + " v = " + at(x) + ";");
+    line(fold);
+    close();
+    line("#pragma unroll");
+    open("for (int m = 16; m >= 1; m >>= 1)");
+    line("const " + red.acc_type + " v = __shfl_xor_sync(0xffffffffu, acc, m);");
+    line("if (__shfl_xor_sync(0xffffffffu, (int)pl_has, m) != 0) { " + fold + " }");
+    close();
+    line("if (pl_lane() == 0) { " + part + "[pl_tid() >> 5] = acc; " + flag + "[pl_tid() >> 5] = (int)pl_has; }");
+    barrier();
+    open("if (pl_tid() == 0)");
+    line("pl_has = false;");
+    line("for (int j = 0; j < " + warps + "; ++j) if (" + flag + "[j]) { const " + red.acc_type + " v = " + part + "[j]; " +
+         fold + " }");
+    line(out + "[0] = " + red.finish + ";");
+    close();
+    close();
+    barrier();
+    declare(r);
+    open_slots(rl);
+    line(at(r) + " = " + out + "[0];");
+    close();
+    barrier();
+    return;
+  }
+
   // General: stage, then each result slot walks its row of the source along `axis`.
   const Shape& xs = type(x).shape;
   const std::vector<int64_t> st = row_major_strides(xs);
-  const bool from_registers = xl.registers();
   if (!from_registers) barrier();
   const std::string buf = stage_value(x);
   if (from_registers) barrier();
@@ -241,17 +289,10 @@ void Emitter::emit_reduce(const ir::Inst& in) {
   // Few results over long rows (a row statistic of a whole-row block): `group` threads per result,
   // each folding every group-th element, then shuffles within the warp and, for groups of several
   // warps, their partials through shared memory. One thread per result walked 4096-element rows.
-  const Shape& rs = type(r).shape;
-  const int64_t results = numel(rs);
   int64_t group = 1;
   while (group * 2 <= xs[static_cast<size_t>(axis)] && results * group * 2 <= threads_) group *= 2;
-  static const bool shared_rows = [] {  // PALLADIUM_CUDA_ROW_REDUCE=0: one thread per result (comparisons)
-    const char* env = std::getenv("PALLADIUM_CUDA_ROW_REDUCE");
-    return !(env && std::string(env) == "0");
-  }();
   if (shared_rows && group >= 8 && !red.arg) {
     const int64_t lanes = std::min<int64_t>(group, 32), warps = group / lanes;
-    const int64_t acc_bytes = red.acc_type == "pl_i64" ? 8 : reg_size(t);
     const int64_t part_offset = staged_bytes(x);
     const int64_t part_bytes = warps > 1 ? (results * warps * acc_bytes + 15) / 16 * 16 : 0;
     const std::string part = warps > 1 ? stage_space(part_bytes, red.acc_type, part_offset) : "";
