@@ -93,6 +93,27 @@ TEST(CudaLayout, WholeRowReductionsShareTheirThreads) {
   }
 }
 
+// A one-row program's norm: the weight row (n,) broadcast to (1, n) moves no data, the row's
+// statistic broadcast back; against the interpreter for f32 and bf16 rows of odd length.
+TEST(CudaLayout, OneRowNormBroadcastsItsWeightInPlace) {
+  PL_REQUIRE_NVRTC();
+  for (DType t : {f32, bf16}) {
+    SCOPED_TRACE(dtype_name(t));
+    const int64_t n = 4099;
+    auto kernel = [](pl::Ref x, pl::Ref w, pl::Ref o) {
+      pl::Value v = x[pl::all].astype(f32);  // (1, n)
+      pl::Value ms = jnp::sum(v * v, 1) * (1.0f / 4099.0f);
+      o[pl::all] = (v * jnp::rsqrt(ms + 1e-5f)(pl::slice(), pl::None) * w[pl::all].astype(f32)(pl::None, pl::slice())).astype(o.dtype());
+    };
+    check_kernel(kernel, {ShapeDtype({3, n}, t)},
+                 {.grid = {3},
+                  .in_specs = {pl::BlockSpec({1, n}, [](pl::Index i) { return pl::idx(i, 0); }), pl::BlockSpec({n}, [](pl::Index) { return 0; })},
+                  .out_specs = {pl::BlockSpec({1, n}, [](pl::Index i) { return pl::idx(i, 0); })},
+                  .name = "one_row_norm"},
+                 {normal(7, {3, n}, t), normal(8, {n}, t)});
+  }
+}
+
 TEST(CudaLayout, ArgmaxTiesAndNaN) {
   PL_REQUIRE_NVRTC();
   Array x = pl::zeros({4, 9});

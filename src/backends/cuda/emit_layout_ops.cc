@@ -88,10 +88,41 @@ void Emitter::emit_gather(ir::ValueId result, ir::ValueId source, const std::vec
   barrier();  // the staging area (or the source's buffer) may be reused after this
 }
 
+namespace {
+
+// Whether two layouts of tiles with the same element count put each row-major element in the same
+// thread and slot (a reshape between them moves nothing).
+bool same_order(const Layout& rl, const Layout& xl) {
+  return (rl.kind == xl.kind && rl.kind == LayoutKind::Strided && rl.vec == xl.vec) ||
+         (rl.kind == xl.kind && rl.kind == LayoutKind::Memory) ||
+         (rl.kind == xl.kind && rl.kind == LayoutKind::Replicated) ||
+         (rl.kind == xl.kind && rl.kind == LayoutKind::RowSlice && rl.shape[0] == xl.shape[0] && rl.warps_m == xl.warps_m);
+}
+
+}  // namespace
+
 void Emitter::emit_broadcast(const ir::Inst& in) {
   const ir::ValueId r = in.results[0], x = in.operands[0];
   const Layout& rl = layout_of(r);
   const Layout& xl = layout_of(x);
+  // A broadcast that only adds dimensions of size 1 (a weight row (n,) as (1, n)) is a reshape.
+  {
+    const Shape& xs = type(x).shape;
+    bool reshape = numel(xs) == numel(type(r).shape);
+    int64_t last = -1;
+    for (size_t d = 0; d < xs.size() && reshape; ++d) {
+      if (xs[d] == 1) continue;
+      reshape = in.ints[d] > last;
+      last = in.ints[d];
+    }
+    if (reshape && same_order(rl, xl)) {
+      declare(r);
+      open_slots(rl);
+      line(at(r) + " = " + at(x) + ";");
+      close();
+      return;
+    }
+  }
   if (xl.kind == LayoutKind::Replicated) {
     declare(r);
     open_slots(rl);
@@ -129,12 +160,7 @@ void Emitter::emit_reshape(const ir::Inst& in) {
   const ir::ValueId r = in.results[0], x = in.operands[0];
   const Layout& rl = layout_of(r);
   const Layout& xl = layout_of(x);
-  const bool same_order =
-      (rl.kind == xl.kind && rl.kind == LayoutKind::Strided && rl.vec == xl.vec) ||
-      (rl.kind == xl.kind && rl.kind == LayoutKind::Memory) ||
-      (rl.kind == xl.kind && rl.kind == LayoutKind::Replicated) ||
-      (rl.kind == xl.kind && rl.kind == LayoutKind::RowSlice && rl.shape[0] == xl.shape[0] && rl.warps_m == xl.warps_m);
-  if (same_order) {
+  if (same_order(rl, xl)) {
     declare(r);
     open_slots(rl);
     line(at(r) + " = " + at(x) + ";");
