@@ -8,7 +8,8 @@
 //   attention fwd f32 s1024 d64    vs a straightforward -O3 C++ attention, and vs OpenBLAS sgemm
 //                                  plus a vectorised softmax (what framework CPU attention does)
 //   paged attention decode f32    vs a plain -O3 loop over the page table
-//   layer norm, RMS norm, softmax  f32 4096x1024 forward, vs plain -O3 loops over the rows
+//   layer norm, RMS norm, softmax  f32 4096x1024 forward, and forward+backward, vs plain -O3 loops
+//                                  over the rows
 //   compile latency                first call of the quickstart matmul (compile included), and a
 //                                  first call served from the disk cache
 //
@@ -505,6 +506,94 @@ void BM_NormPlain(benchmark::State& st) {
   set_bandwidth(st, 2.0 * kNormRows * kNormFeatures * 4);
 }
 
+// Forward and backward: the ops' custom VJPs under jit (vjp(...).second(dy): the loss adds no work).
+void BM_NormBackwardPalladium(benchmark::State& st) {
+  const NormInputs& in = NormInputs::get();
+  const int which = static_cast<int>(st.range(0));
+  const pl::ops::NormOptions o{.block_rows = st.range(1), .backend = "cpu"};
+  const pl::Array dy = pl::random::normal(pl::random::key(6), {kNormRows, kNormFeatures});
+  auto ln = pl::jit([o](const pl::Array& x, const pl::Array& w, const pl::Array& b, const pl::Array& d) {
+    return pl::vjp([o](const pl::Array& a, const pl::Array& c, const pl::Array& e) { return pl::ops::layer_norm(a, c, e, o); },
+                   x, w, b).second(d);
+  });
+  auto rms = pl::jit([o](const pl::Array& x, const pl::Array& w, const pl::Array& d) {
+    return pl::vjp([o](const pl::Array& a, const pl::Array& c) { return pl::ops::rms_norm(a, c, o); }, x, w).second(d);
+  });
+  auto soft = pl::jit([o](const pl::Array& x, const pl::Array& d) {
+    return pl::vjp([o](const pl::Array& a) { return pl::ops::softmax(a, o); }, x).second(d);
+  });
+  auto run = [&] {
+    if (which == 0) return std::get<0>(ln(in.x, in.w, in.b, dy));
+    if (which == 1) return std::get<0>(rms(in.x, in.w, dy));
+    return std::get<0>(soft(in.x, dy));
+  };
+  // dx against float64 formulas.
+  const pl::Array x = in.x.astype(pl::f64), g = which == 2 ? dy.astype(pl::f64) : dy.astype(pl::f64) * in.w.astype(pl::f64);
+  auto mean = [](const pl::Array& a) { return pl::jnp::mean(a, {1}, true); };
+  const pl::Array c = which == 0 ? x - mean(x) : x;
+  const pl::Array rstd = pl::jnp::rsqrt(mean(c * c) + 1e-5), hat = c * rstd;
+  const pl::Array sm = pl::nn::softmax(x, -1);
+  const pl::Array want = which == 0   ? rstd * (g - mean(g) - hat * mean(g * hat))
+                         : which == 1 ? rstd * (g - hat * mean(g * hat))
+                                      : sm * (g - pl::jnp::sum(g * sm, {1}, true));
+  if (!checked(st, std::string(kNormNames[which]) + " backward", pl::rel_error(run(), want), 1e-4)) return;
+  for (auto _ : st) benchmark::DoNotOptimize(run().data());
+  set_bandwidth(st, 3.0 * kNormRows * kNormFeatures * 4);
+}
+
+// The plain -O3 loops: per row the forward's statistics, then dx; dw and db summed per thread.
+void BM_NormBackwardPlain(benchmark::State& st) {
+  const NormInputs& in = NormInputs::get();
+  const int which = static_cast<int>(st.range(0));
+  const pl::Array dy_array = pl::random::normal(pl::random::key(6), {kNormRows, kNormFeatures});
+  const float* x = static_cast<const float*>(in.x.data());
+  const float* w = static_cast<const float*>(in.w.data());
+  const float* dy = static_cast<const float*>(dy_array.data());
+  const int64_t n = kNormFeatures;
+  std::vector<float> dx(static_cast<size_t>(kNormRows * n));
+  std::vector<std::vector<float>> dw(static_cast<size_t>(threads()), std::vector<float>(static_cast<size_t>(2 * n)));
+  auto rows = [&](int64_t lo, int64_t hi) {
+    std::vector<float>& acc = dw[static_cast<size_t>(lo * threads() / kNormRows)];
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int64_t r = lo; r < hi; ++r) {
+      const float* xr = x + r * n;
+      const float* d = dy + r * n;
+      float* o = dx.data() + r * n;
+      if (which == 2) {
+        float m = -INFINITY, l = 0, dot = 0;
+        for (int64_t i = 0; i < n; ++i) m = std::max(m, xr[i]);
+        for (int64_t i = 0; i < n; ++i) l += (o[i] = std::exp(xr[i] - m));
+        for (int64_t i = 0; i < n; ++i) dot += d[i] * (o[i] /= l);
+        for (int64_t i = 0; i < n; ++i) o[i] *= d[i] - dot;
+        continue;
+      }
+      float mean = 0, var = 0, mg = 0, mgx = 0;
+      if (which == 0) {
+        for (int64_t i = 0; i < n; ++i) mean += xr[i];
+        mean /= static_cast<float>(n);
+      }
+      for (int64_t i = 0; i < n; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+      const float rstd = 1.0f / std::sqrt(var / static_cast<float>(n) + 1e-5f);
+      for (int64_t i = 0; i < n; ++i) {
+        const float hat = (xr[i] - mean) * rstd, g = d[i] * w[i];
+        mg += g;
+        mgx += g * hat;
+        acc[static_cast<size_t>(i)] += d[i] * hat;
+        acc[static_cast<size_t>(n + i)] += d[i];
+      }
+      mg = which == 0 ? mg / static_cast<float>(n) : 0.0f;
+      mgx /= static_cast<float>(n);
+      for (int64_t i = 0; i < n; ++i) o[i] = rstd * (d[i] * w[i] - mg - (xr[i] - mean) * rstd * mgx);
+    }
+  };
+  for (auto _ : st) {
+    if (st.range(1) == 1) rows(0, kNormRows);
+    else parallel_for(kNormRows, rows);
+    benchmark::DoNotOptimize(dx.data());
+  }
+  set_bandwidth(st, 3.0 * kNormRows * kNormFeatures * 4);
+}
+
 // Collects real times so the summary can print ratios.
 class RatioReporter : public benchmark::ConsoleReporter {
  public:
@@ -578,6 +667,10 @@ class RatioReporter : public benchmark::ConsoleReporter {
         ratio(std::string(kNormNames[which]) + " (rows/program " + ours.substr(ours.rfind('/') + 1) + ") vs plain loop (" +
                   (t[0] == '1' ? "1 thread" : "threads") + ")",
               ours, "BM_NormPlain/" + std::to_string(which) + "/" + t);
+      const std::string bwd = "BM_NormBackwardPalladium/" + std::to_string(which) + "/0";
+      for (const char* t : {"1", "2"})
+        ratio(std::string(kNormNames[which]) + " fwd+bwd vs plain loop (" + (t[0] == '1' ? "1 thread" : "threads") + ")", bwd,
+              "BM_NormBackwardPlain/" + std::to_string(which) + "/" + t);
     }
   }
 
@@ -606,6 +699,8 @@ BENCHMARK(BM_PagedAttentionPalladium)->Unit(benchmark::kMillisecond)->UseRealTim
 BENCHMARK(BM_PagedAttentionPlain)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_NormPalladium)->ArgsProduct({{0, 1, 2}, {0, 64}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_NormPlain)->ArgsProduct({{0, 1, 2}, {1, 2}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_NormBackwardPalladium)->ArgsProduct({{0, 1, 2}, {0}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_NormBackwardPlain)->ArgsProduct({{0, 1, 2}, {1, 2}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_QuickstartMatmulFirstCall)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(5);
 
 int main(int argc, char** argv) {

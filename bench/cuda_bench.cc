@@ -504,6 +504,67 @@ void bench_norms() {
   }
 }
 
+// Forward and backward of the norms, 8192x4096, at 1 and 4 rows per program: the backward kernels through
+// the ops' custom VJPs (jit of vjp, so the loss adds no work), beside torch's y.backward(dy)
+// (bench/peers/norms_torch.py). Each gradient is checked against float64 formulas first.
+void bench_norms_backward() {
+  const int64_t rows = 8192, features = 4096;
+  for (pl::DType t : {pl::DType::bfloat16, pl::f32}) {
+    auto keys = pl::random::split(pl::random::key(23), 4);
+    const pl::Array x = pl::random::normal(keys[0], {rows, features}, t), w = pl::random::normal(keys[1], {features}, t);
+    const pl::Array b = pl::random::normal(keys[2], {features}, t), dy = pl::random::normal(keys[3], {rows, features}, t);
+    const pl::Array gx = pl::to_device(x, gpu()), gw = pl::to_device(w, gpu()), gb = pl::to_device(b, gpu());
+    const pl::Array gdy = pl::to_device(dy, gpu());
+    const std::string shape = std::string(pl::dtype_short_name(t)) + " " + std::to_string(rows) + "x" + std::to_string(features);
+    const double tol = t == pl::f32 ? 1e-4 : 2e-2;
+    // float64 references
+    const pl::Array x64 = x.astype(pl::f64), w64 = w.astype(pl::f64), dy64 = dy.astype(pl::f64);
+    const double inv_n = 1.0 / static_cast<double>(features);
+    auto row_mean = [&](const pl::Array& a) { return pl::jnp::sum(a, {1}, true) * inv_n; };
+    const pl::Array centered = x64 - row_mean(x64);
+    const pl::Array ln_rstd = pl::jnp::rsqrt(row_mean(centered * centered) + 1e-5), ln_hat = centered * ln_rstd;
+    const pl::Array g = dy64 * w64;
+    const pl::Array ln_dx = ln_rstd * (g - row_mean(g) - ln_hat * row_mean(g * ln_hat));
+    const pl::Array rms_rstd = pl::jnp::rsqrt(row_mean(x64 * x64) + 1e-5), rms_hat = x64 * rms_rstd;
+    const pl::Array rms_dx = rms_rstd * (g - rms_hat * row_mean(g * rms_hat));
+    const pl::Array sm = pl::nn::softmax(x64, -1);
+    const pl::Array sm_dx = sm * (dy64 - pl::jnp::sum(dy64 * sm, {1}, true));
+    auto host = [](const pl::Array& a) { return pl::to_host(a).astype(pl::f64); };
+    const double bytes = 3.0 * static_cast<double>(rows * features) * static_cast<double>(pl::itemsize(t));  // x, dy in; dx out
+    for (int64_t block : {0, 4}) try {
+      const pl::ops::NormOptions o{.eps = 1e-5, .block_rows = block, .backend = "cuda"};
+      const std::string sys = "palladium jit(vjp) rows/program " + std::to_string(block == 0 ? 1 : block);
+      auto ln = pl::jit([o](const pl::Array& xx, const pl::Array& ww, const pl::Array& bb, const pl::Array& d) {
+        return pl::vjp([o](const pl::Array& a, const pl::Array& c, const pl::Array& e) { return pl::ops::layer_norm(a, c, e, o); },
+                       xx, ww, bb).second(d);
+      });
+      auto [dx, dw, db] = ln(gx, gw, gb, gdy);
+      check("layer_norm bwd " + shape + " dx", pl::rel_error(host(dx), ln_dx), tol);
+      check("layer_norm bwd " + shape + " dw", pl::rel_error(host(dw), pl::jnp::sum(dy64 * ln_hat, {0})), tol);
+      check("layer_norm bwd " + shape + " db", pl::rel_error(host(db), pl::jnp::sum(dy64, {0})), tol);
+      double ms = events_ms([&] { (void)ln(gx, gw, gb, gdy); }, 20);  // several kernels: events around them
+      report("layer_norm fwd+bwd", shape, sys, ms, gbps(bytes, ms));
+      auto rms = pl::jit([o](const pl::Array& xx, const pl::Array& ww, const pl::Array& d) {
+        return pl::vjp([o](const pl::Array& a, const pl::Array& c) { return pl::ops::rms_norm(a, c, o); }, xx, ww).second(d);
+      });
+      auto [rdx, rdw] = rms(gx, gw, gdy);
+      check("rms_norm bwd " + shape + " dx", pl::rel_error(host(rdx), rms_dx), tol);
+      check("rms_norm bwd " + shape + " dw", pl::rel_error(host(rdw), pl::jnp::sum(dy64 * rms_hat, {0})), tol);
+      ms = events_ms([&] { (void)rms(gx, gw, gdy); }, 20);
+      report("rms_norm fwd+bwd", shape, sys, ms, gbps(bytes, ms));
+      auto soft = pl::jit([o](const pl::Array& xx, const pl::Array& d) {
+        return pl::vjp([o](const pl::Array& a) { return pl::ops::softmax(a, o); }, xx).second(d);
+      });
+      auto [sdx] = soft(gx, gdy);
+      check("softmax bwd " + shape + " dx", pl::rel_error(host(sdx), sm_dx), tol);
+      ms = events_ms([&] { (void)soft(gx, gdy); }, 20);
+      report("softmax fwd+bwd", shape, sys, ms, gbps(bytes, ms));
+    } catch (const std::exception& e) {
+      fail("norms backward " + shape + ": " + e.what());
+    }
+  }
+}
+
 // Paged attention decode, bf16: batch 64, 32 query heads on 8 kv heads, head_dim 128, pages of 16
 // tokens, up to 128 pages (2048 tokens) per sequence, random lengths; the peer
 // (bench/peers/paged_attention_torch.py) gathers the pages and calls SDPA on the same shapes.
@@ -839,6 +900,7 @@ int main(int argc, char** argv) {
       else if (p == "attention-bwd") bench_attention_backward();
       else if (p == "indrnn") bench_indrnn();
       else if (p == "norms") bench_norms();
+      else if (p == "norms-bwd") bench_norms_backward();
       else if (p == "autotune") bench_autotune();
       else if (p == "checks") bench_checks();
       else if (p == "paged") bench_paged();
