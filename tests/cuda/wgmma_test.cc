@@ -69,7 +69,7 @@ TEST(CudaWgmma, GridKMatmulCompilesAsAPipelinedKLoop) {
   const std::string dir =
       (std::filesystem::temp_directory_path() / ("pl-chain-loop-test-" + std::to_string(::getpid()))).string();
   test_support::ScopedEnv debug_dir{"PALLADIUM_DEBUG_DIR", dir};
-  const int64_t m = 256, n = 256, k = 320, bm = 128, bn = 128, bk = 64;
+  int64_t m = 256, n = 256, k = 320, bm = 128, bn = 128, bk = 64;  // (not const: captured as values)
   const Array x = normal(31, {m, k}, bf16), y = normal(32, {k, n}, bf16);
   for (bool scratch : {false, true}) {
     SCOPED_TRACE(scratch ? "scratch accumulator" : "output accumulator");
