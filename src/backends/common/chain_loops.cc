@@ -492,18 +492,17 @@ class ChainRewrite {
     std::vector<Inst>& top = k_.body.body;
     Inst& loop = top[loop_at];
     Region& body = loop.regions[0];
-    const std::vector<ValueId>& yielded = body.body.back().operands;
+    const std::vector<ValueId> yielded = body.body.back().operands;
     std::set<ValueId> inside(body.args.begin(), body.args.end());
     visit(body, [&](const Inst& in) { inside.insert(in.results.begin(), in.results.end()); });
-    std::vector<Inst> after;
     ValueId last = -1;
-    std::erase_if(body.body, [&](Inst& in) {
+    // Whether `in` can run after the loop, and what its reads of the loop's values become there.
+    auto sinkable = [&](const Inst& in, std::map<ValueId, ValueId>& to) {
       if (in.op != Op::If || !in.results.empty() || !last_step_preds_.count(in.operands[0])) return false;
       for (const Inst& s : in.regions[1].body)
         if (has_effect(s)) return false;  // the other steps' branch does something
       std::set<ValueId> own;
       for (const Region& r : in.regions) visit(r, [&](const Inst& s) { own.insert(s.results.begin(), s.results.end()); });
-      std::map<ValueId, ValueId> to;
       bool ok = true;
       std::function<void(const Inst&)> check = [&](const Inst& s) {
         for (ValueId o : s.operands) {
@@ -519,17 +518,24 @@ class ChainRewrite {
         }
       };
       for (const Region& r : in.regions) visit(r, check);
-      if (!ok) return false;
-      Inst moved = std::move(in);
-      Region taken = std::move(moved.regions[0]);
+      return ok;
+    };
+    std::vector<Inst> kept, after;
+    for (Inst& in : body.body) {
+      std::map<ValueId, ValueId> to;
+      if (!sinkable(in, to)) {
+        kept.push_back(std::move(in));
+        continue;
+      }
+      Region taken = std::move(in.regions[0]);  // the step == last branch, now unconditional
       visit_mut(taken, [&](Inst& s) {
         for (ValueId& o : s.operands)
           if (to.count(o)) o = to.at(o);
       });
       taken.body.pop_back();  // its yield
       for (Inst& s : taken.body) after.push_back(std::move(s));
-      return true;
-    });
+    }
+    body.body = std::move(kept);
     top.insert(top.begin() + static_cast<std::ptrdiff_t>(loop_at), before_.begin(), before_.end());
     before_.clear();
     top.insert(top.end(), std::make_move_iterator(after.begin()), std::make_move_iterator(after.end()));
