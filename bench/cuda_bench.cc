@@ -516,7 +516,7 @@ void bench_norms_backward() {
     const pl::Array gx = pl::to_device(x, gpu()), gw = pl::to_device(w, gpu()), gb = pl::to_device(b, gpu());
     const pl::Array gdy = pl::to_device(dy, gpu());
     const std::string shape = std::string(pl::dtype_short_name(t)) + " " + std::to_string(rows) + "x" + std::to_string(features);
-    const double tol = t == pl::f32 ? 1e-4 : 2e-2;
+    const double tol = t == pl::f32 ? 1e-4 : 1e-2;  // bf16 measured 1.6e-3 to 2.4e-3 (H100)
     // float64 references
     const pl::Array x64 = x.astype(pl::f64), w64 = w.astype(pl::f64), dy64 = dy.astype(pl::f64);
     const double inv_n = 1.0 / static_cast<double>(features);
@@ -831,47 +831,36 @@ void bench_checks() {
     const double ms = kernel_ms([&] { out = mm(a, b); }, 2, 10);
     report("matmul bf16", "4096^3 k loop in kernel", checked ? "palladium, checked" : "palladium", ms, tflops(flops, ms));
   }
-  {
-    // The 3-D grid: the k axis arbitrary, the f32 output block read back and updated per step.
-    auto kernel = [](pl::Ref x_ref, pl::Ref y_ref, pl::Ref o_ref) {
-      pl::when(pl::program_id(2) == 0, [&] { o_ref[pl::all] = jnp::zeros({128, 128}); });
-      o_ref[pl::all] = o_ref[pl::all] + pl::dot(x_ref[pl::all], y_ref[pl::all]);
-    };
+  // The 3-D grid, k arbitrary: the f32 output block accumulated at every step, and the TPU-style
+  // form with a float32 scratch accumulator and the bf16 output written at the last step.
+  for (bool scratch : {false, true}) {
     pl::CallOptions o{.grid = {m / 128, m / 128, m / 64},
                       .dimension_semantics = {pl::parallel, pl::parallel, pl::arbitrary},
                       .in_specs = {pl::BlockSpec({128, 64}, [](pl::Index i, pl::Index, pl::Index k) { return pl::idx(i, k); }),
                                    pl::BlockSpec({64, 128}, [](pl::Index, pl::Index j, pl::Index k) { return pl::idx(k, j); })},
                       .out_specs = {pl::BlockSpec({128, 128}, [](pl::Index i, pl::Index j, pl::Index) { return pl::idx(i, j); })},
-                      .name = "matmul_grid_k", .backend = "cuda",
+                      .name = scratch ? "matmul_grid_k_scratch" : "matmul_grid_k", .backend = "cuda",
                       .compiler_params = {.num_warps = 8, .num_stages = 3}};
-    auto mm = pl::pallas_call(kernel, pl::ShapeDtype({m, m}, pl::f32), o);
-    pl::Array out = mm(a, b);
-    check("3-D grid matmul vs k-loop matmul (relative)",
-          pl::rel_error(pl::to_host(out).astype(pl::f64), reference.astype(pl::f64)), 1e-2);
-    const double ms = kernel_ms([&] { out = mm(a, b); }, 2, 10);
-    report("matmul bf16", "4096^3 3-D grid, k arbitrary", "palladium", ms, tflops(flops, ms));
-  }
-  {
-    // The TPU-style form: a float32 scratch accumulator, the bf16 output written at the last step.
-    auto kernel = [](pl::Ref x_ref, pl::Ref y_ref, pl::Ref o_ref, pl::Ref acc) {
-      pl::when(pl::program_id(2) == 0, [&] { acc[pl::all] = jnp::zeros({128, 128}); });
-      acc[pl::all] = acc[pl::all] + pl::dot(x_ref[pl::all], y_ref[pl::all]);
-      pl::when(pl::program_id(2) == pl::num_programs(2) - 1, [&] { o_ref[pl::all] = acc[pl::all].astype(pl::bf16); });
+    auto make = [&]() {
+      if (!scratch)
+        return pl::pallas_call([](pl::Ref x_ref, pl::Ref y_ref, pl::Ref o_ref) {
+        pl::when(pl::program_id(2) == 0, [&] { o_ref[pl::all] = jnp::zeros({128, 128}); });
+        o_ref[pl::all] = o_ref[pl::all] + pl::dot(x_ref[pl::all], y_ref[pl::all]);
+      }, pl::ShapeDtype({m, m}, pl::f32), o);
+      o.scratch_shapes = {pl::ShapeDtype({128, 128}, pl::f32)};
+      return pl::pallas_call([](pl::Ref x_ref, pl::Ref y_ref, pl::Ref o_ref, pl::Ref acc) {
+        pl::when(pl::program_id(2) == 0, [&] { acc[pl::all] = jnp::zeros({128, 128}); });
+        acc[pl::all] = acc[pl::all] + pl::dot(x_ref[pl::all], y_ref[pl::all]);
+        pl::when(pl::program_id(2) == pl::num_programs(2) - 1, [&] { o_ref[pl::all] = acc[pl::all].astype(pl::bf16); });
+      }, pl::ShapeDtype({m, m}, pl::bf16), o);
     };
-    pl::CallOptions o{.grid = {m / 128, m / 128, m / 64},
-                      .dimension_semantics = {pl::parallel, pl::parallel, pl::arbitrary},
-                      .in_specs = {pl::BlockSpec({128, 64}, [](pl::Index i, pl::Index, pl::Index k) { return pl::idx(i, k); }),
-                                   pl::BlockSpec({64, 128}, [](pl::Index, pl::Index j, pl::Index k) { return pl::idx(k, j); })},
-                      .out_specs = {pl::BlockSpec({128, 128}, [](pl::Index i, pl::Index j, pl::Index) { return pl::idx(i, j); })},
-                      .scratch_shapes = {pl::ShapeDtype({128, 128}, pl::f32)},
-                      .name = "matmul_grid_k_scratch", .backend = "cuda",
-                      .compiler_params = {.num_warps = 8, .num_stages = 3}};
-    auto mm = pl::pallas_call(kernel, pl::ShapeDtype({m, m}, pl::bf16), o);
+    auto mm = make();
+    const std::string form = scratch ? "3-D grid, scratch accumulator" : "3-D grid, k arbitrary";
     pl::Array out = mm(a, b);
-    check("3-D grid matmul, scratch accumulator, vs k-loop matmul (relative)",
+    check(form + " matmul vs k-loop matmul (relative)",
           pl::rel_error(pl::to_host(out).astype(pl::f64), reference.astype(pl::f64)), 1e-2);
     const double ms = kernel_ms([&] { out = mm(a, b); }, 2, 10);
-    report("matmul bf16", "4096^3 3-D grid, scratch accumulator", "palladium", ms, tflops(flops, ms));
+    report("matmul bf16", "4096^3 " + form, "palladium", ms, tflops(flops, ms));
   }
 }
 

@@ -230,6 +230,13 @@ class Verifier {
 }  // namespace
 
 std::string print(const Kernel& k) { return Printer(k).run(); }
+bool has_effects(const Inst& in) {
+  if (in.op == Op::Store || is_atomic(in.op) || in.op == Op::DebugPrint) return true;
+  for (const Region& r : in.regions)
+    for (const Inst& inner : r.body)
+      if (has_effects(inner)) return true;
+  return false;
+}
 void verify(const Kernel& k) { Verifier(k).run(); }
 
 }  // namespace palladium::ir

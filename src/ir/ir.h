@@ -122,6 +122,8 @@ struct Kernel {
 };
 
 std::string print(const Kernel& k);
+// Whether the instruction, or one nested in its regions, stores, updates memory atomically or prints.
+bool has_effects(const Inst& in);
 // Throws InternalError describing the first broken invariant (a bug in tracing or a pass).
 void verify(const Kernel& k);
 

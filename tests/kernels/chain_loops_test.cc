@@ -7,6 +7,7 @@
 #include "backends/common/chain_loops.h"
 #include "core/grid_mapping.h"
 #include "kernel_test_util.h"
+#include "tests/support/program_support.h"
 
 namespace palladium::ktest {
 namespace {
@@ -30,17 +31,10 @@ std::vector<Array> run_ir(const ir::Kernel& k, const std::string& backend_name, 
 
 // The rewritten kernel on the interpreter and the cpu backend against a float64 reference.
 void expect_runs_match(const ir::Kernel& k, const std::vector<Array>& inputs, const Array& want, DType t) {
-  for (const std::string be : {"interpret", "cpu"}) {
-    if (!backend::get(be).available()) continue;
+  for (const std::string& be : test_support::host_backends()) {
     SCOPED_TRACE(be);
     EXPECT_TRUE(matches(run_ir(k, be, inputs).at(0), want, t));
   }
-}
-
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
-  return n;
 }
 
 CallOptions matmul_options(int64_t m, int64_t n, int64_t k, int64_t b) {
@@ -72,7 +66,7 @@ TEST(ChainLoops, AccumulatingMatmulBecomesAKLoopWithTheBlockAsItsCarry) {
   EXPECT_THAT(text, HasSubstr("= for "));
   EXPECT_THAT(text, Not(HasSubstr("load o0")));  // the block is a carry, started at zeros
   EXPECT_THAT(text, Not(HasSubstr("program_id axis=2")));
-  EXPECT_EQ(count(text, "store o0"), 1u) << text;
+  EXPECT_EQ(test_support::count_of(text, "store o0"), 1u) << text;
   Array x = rng.normal({m, k}), y = rng.normal({k, n});
   const Array want = jnp::matmul(x.astype(f64), y.astype(f64));
   expect_runs_match(*looped, {x, y}, want, f32);
@@ -100,7 +94,7 @@ TEST(ChainLoops, ScratchAccumulatorAndALastStepOutput) {
   EXPECT_THAT(text, Not(HasSubstr("store s0")));  // scratch is dropped after the call
   EXPECT_THAT(text, Not(HasSubstr("load o0")));   // not carried: written at the last step only,
   EXPECT_THAT(text, Not(HasSubstr("if ")));       // which now follows the loop
-  EXPECT_EQ(count(text, "store o0"), 1u) << text;
+  EXPECT_EQ(test_support::count_of(text, "store o0"), 1u) << text;
   Array x = rng.normal({m, k}, bf16), y = rng.normal({k, n}, bf16);
   const Array want = jnp::matmul(x.astype(f64), y.astype(f64));
   expect_runs_match(*looped, {x, y}, want, bf16);

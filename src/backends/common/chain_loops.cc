@@ -17,15 +17,6 @@ using ir::Op;
 using ir::Region;
 using ir::ValueId;
 
-bool has_effect(const Inst& in) {
-  if (ir::op_family(in.op) == ir::Family::Memory) return in.op != Op::Load;
-  if (in.op == Op::DebugPrint) return true;
-  for (const Region& r : in.regions)
-    for (const Inst& s : r.body)
-      if (has_effect(s)) return true;
-  return false;
-}
-
 void visit(const Region& r, const std::function<void(const Inst&)>& f) {
   for (const Inst& in : r.body) {
     f(in);
@@ -170,7 +161,7 @@ class ChainRewrite {
       if (it == top_pos_.end()) return false;
       if (!hoisted.insert(it->second).second) return true;
       const Inst& d = k_.body.body[it->second];
-      if (!d.regions.empty() || has_effect(d)) return false;
+      if (!d.regions.empty() || ir::has_effects(d)) return false;
       if (d.op == Op::Load && k_.refs[static_cast<size_t>(d.i0)].is_output) return false;
       for (ValueId o : d.operands)
         if (!need(o)) return false;
@@ -500,7 +491,7 @@ class ChainRewrite {
     auto sinkable = [&](const Inst& in, std::map<ValueId, ValueId>& to) {
       if (in.op != Op::If || !in.results.empty() || !last_step_preds_.count(in.operands[0])) return false;
       for (const Inst& s : in.regions[1].body)
-        if (has_effect(s)) return false;  // the other steps' branch does something
+        if (ir::has_effects(s)) return false;  // the other steps' branch does something
       std::set<ValueId> own;
       for (const Region& r : in.regions) visit(r, [&](const Inst& s) { own.insert(s.results.begin(), s.results.end()); });
       bool ok = true;
@@ -555,7 +546,7 @@ class ChainRewrite {
       std::function<void(std::vector<Inst>&)> sweep = [&](std::vector<Inst>& insts) {
         const size_t n = insts.size();
         std::erase_if(insts, [&](const Inst& in) {
-          if (in.op == Op::Yield || has_effect(in)) return false;
+          if (in.op == Op::Yield || ir::has_effects(in)) return false;
           return std::none_of(in.results.begin(), in.results.end(), [&](ValueId r) { return uses[r] > 0; });
         });
         changed |= insts.size() != n;

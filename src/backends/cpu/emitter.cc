@@ -36,9 +36,7 @@ Emitter::Emitter(const ir::Kernel& kernel, bool checks)
 
 bool Emitter::has_effects(const ir::Inst& in) {
   if (auto it = effects_.find(&in); it != effects_.end()) return it->second;
-  bool effects = in.op == ir::Op::Store || ir::is_atomic(in.op) || in.op == ir::Op::DebugPrint;
-  for (const ir::Region& r : in.regions)
-    for (const ir::Inst& inner : r.body) effects = has_effects(inner) || effects;
+  const bool effects = ir::has_effects(in);
   effects_[&in] = effects;
   return effects;
 }
