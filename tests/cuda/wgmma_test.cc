@@ -1,6 +1,6 @@
 // The wgmma path (Hopper warpgroup MMA, the default for 16-bit dots on sm_90a; forced on here): the dot shapes and
 // orientations it takes, in loops with prefetched operands, and the attention kernels (whose
-// backward mixes wgmma dots with mma.sync ones over shared operand tiles). Without a GPU the
+// backward reads P^T and dS^T from shared tiles written each iteration). Without a GPU the
 // kernels are compiled for sm_90a by NVRTC, so the wgmma code generation is checked there too.
 #include <unistd.h>
 
@@ -11,6 +11,7 @@
 
 #include "ops/attention.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/support/program_support.h"
 #include "tests/support/test_support.h"
 
 namespace palladium::cudatest {
@@ -140,6 +141,38 @@ TEST(CudaWgmma, PipelinedAttentionLoop) {
     EXPECT_EQ(source.str().find("pl_wgmma_wait<1>") != std::string::npos, pipelined);
     EXPECT_LT(rel_error(to_host(got), pl::ops::mha_reference(q, k, v, Array(), o.sm_scale, o.causal).out), 5e-3);
   }
+  std::filesystem::remove_all(dir);
+}
+
+// The seed's attention backward at head_dim 128: its P^T and dS^T operands are written to
+// shared tiles each iteration (a dot reads a transposed A only from shared memory), so that all
+// seven dots run on wgmma; and the dK/dV loop's tiles and the dQ loop's share memory (112 KiB
+// instead of 208, two programs to an SM). Checked in the generated source, then against float64.
+TEST(CudaWgmma, AttentionBackwardRunsEveryDotOnWgmmaInSharedTilesOfOneLoop) {
+  PL_REQUIRE_NVRTC();
+  WgmmaOn on;
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("pl-bwd-wgmma-test-" + std::to_string(::getpid()))).string();
+  test_support::ScopedEnv debug_dir{"PALLADIUM_DEBUG_DIR", dir};
+  std::filesystem::remove_all(dir);
+  const Shape shape{1, 256, 2, 128};
+  Array q = normal(31, shape, bf16), k = normal(32, shape, bf16), v = normal(33, shape, bf16),
+        dout = normal(34, shape, bf16);
+  pl::ops::MhaOptions o{.sm_scale = 0.0883f, .causal = true, .backend = "cuda", .debug = true};
+  expect_attention_matches_reference(q, k, v, Array(), dout, o);
+  std::ifstream file(dir + "/pl_mha_backward.cu");
+  std::stringstream buffer;
+  buffer << file.rdbuf();
+  const std::string source = buffer.str();
+  ASSERT_FALSE(source.empty()) << "no generated source in " << dir;
+  const size_t calls = test_support::count_of(source, "pl_wgmma_n") - test_support::count_of(source, "void pl_wgmma_n");
+  EXPECT_EQ(calls, 7u);
+  EXPECT_EQ(test_support::count_of(source, "pl_mma_bf16_16816(&"), 0u);
+  // The homes end where the exchange area begins.
+  const size_t at = source.find("pl_stage_s = pl_smem + ");
+  ASSERT_NE(at, std::string::npos);
+  const long homes = std::atol(source.c_str() + at + std::string("pl_stage_s = pl_smem + ").size());
+  EXPECT_LE(homes, 112 * 1024) << "the two loops' tiles do not share memory";
   std::filesystem::remove_all(dir);
 }
 

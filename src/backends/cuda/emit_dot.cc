@@ -17,9 +17,19 @@ void Emitter::emit_home_store(ir::ValueId v) {
   const Layout& l = layout_of(v);
   const std::string conv = type(v).dtype == DType::bfloat16 ? "pl_f_to_bf16" : "pl_f_to_f16";
   if (loop_depth_of(v) > 0) barrier();  // dots of the previous iteration may still read the home
-  open_slots(l);
-  line("if (" + owner(l) + ") " + home_element(v, coord(l, 0), coord(l, 1)) + " = " + conv + "(" + at(v) + ");");
-  close();
+  if (l.kind == LayoutKind::Mma) {
+    // Slots 2i and 2i + 1 hold adjacent columns of one row (an even one): one 4-byte store each.
+    const std::string pack = type(v).dtype == DType::bfloat16 ? "pl_pack_bf16" : "pl_pack_f16";
+    line("#pragma unroll");
+    open("for (int s = 0; s < " + std::to_string(l.slots) + "; s += 2)");
+    line("*(unsigned*)&" + home_element(v, coord(l, 0), coord(l, 1)) + " = " + pack + "(" + at(v) + ", " + name(v) +
+         "[s + 1]);");
+    close();
+  } else {
+    open_slots(l);
+    line("if (" + owner(l) + ") " + home_element(v, coord(l, 0), coord(l, 1)) + " = " + conv + "(" + at(v) + ");");
+    close();
+  }
   if (!wgmma_dots_.empty()) line("pl_fence_proxy_async();");
   barrier();
 }

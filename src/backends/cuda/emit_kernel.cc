@@ -206,6 +206,7 @@ void Emitter::unsupported(const ir::Inst& in, const std::string& why) const {
 void Emitter::emit_region(const ir::Region& r) {
   for (const ir::Inst& in : r.body) {
     if (in.op == ir::Op::Yield) continue;
+    if (&r == &k_.body && reuse_barriers_.count(static_cast<size_t>(&in - r.body.data()))) barrier();
     // A pipelined loop's last dot is still in flight into the carry this instruction reads.
     for (const auto& [loop, p] : pipelined_)
       if (p.carry_reader == &in) line("pl_wgmma_wait<0>();");

@@ -227,6 +227,9 @@ class Emitter {
   std::map<Shape, int> layout_by_shape_;
   std::vector<int64_t> scratch_offset_;   // per value; -1 unless Memory
   int64_t smem_homes_bytes_ = 0;          // dedicated shared tiles come first
+  // Top-level instructions before which a barrier goes: a home begins there in memory that an
+  // earlier home (whose live range has ended) used.
+  std::set<size_t> reuse_barriers_;
   int64_t smem_stage_bytes_ = 0;          // the shared exchange area after them
   int64_t global_stage_bytes_ = 0;
   int64_t global_stage_offset_ = 0;       // fixed after planning

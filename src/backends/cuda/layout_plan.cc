@@ -1,6 +1,7 @@
 // Planning: threads per block, one layout per tile shape, shared-memory homes for dot operands,
 // scratch offsets for tiles too large for registers. See emitter.h for what a layout is.
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 
 #include "backends/cuda/emitter.h"
@@ -15,6 +16,13 @@ constexpr int kMaxMmaSlots = 128;
 constexpr int64_t kExchangeHeadroom = 8 * 1024;
 
 int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+// `in` and every instruction nested in it.
+void walk_inst(const ir::Inst& in, const std::function<void(const ir::Inst&)>& f) {
+  f(in);
+  for (const ir::Region& r : in.regions)
+    for (const ir::Inst& sub : r.body) walk_inst(sub, f);
+}
 
 void walk(const ir::Region& r, int depth, const std::function<void(const ir::Inst&, int)>& f) {
   for (const ir::Inst& in : r.body) {
@@ -139,24 +147,69 @@ void Emitter::find_prefetches(const std::vector<std::pair<ir::ValueId, bool>>& h
 // fits and no stage count was asked for, keeps the distance of two that unpipelined loops have.
 void Emitter::choose_stages(std::vector<std::pair<ir::ValueId, bool>>& homes) {
   const int64_t budget = target_.max_shared_bytes - kSharedReserve - kExchangeHeadroom;
-  // Lays the homes out for stages_; whether they fit the budget.
+  // Each home's live range in top-level instructions: from the one defining it to the last one
+  // reading it. Homes whose ranges are disjoint share memory (the attention backward's two loops).
+  std::map<ir::ValueId, std::pair<size_t, size_t>> span;
+  {
+    for (const auto& h : homes) span[h.first] = {SIZE_MAX, 0};
+    auto extend = [&](ir::ValueId v, size_t at) {
+      auto it = span.find(unfolded(v));
+      if (it == span.end()) return;
+      it->second.first = std::min(it->second.first, at);
+      it->second.second = std::max(it->second.second, at);
+    };
+    for (size_t i = 0; i < k_.body.body.size(); ++i)
+      walk_inst(k_.body.body[i], [&](const ir::Inst& in) {
+        for (ir::ValueId o : in.operands) extend(o, i);
+        for (ir::ValueId r : in.results) extend(r, i);
+      });
+  }
+  // Lays the homes out for stages_ (first fit by live range); whether they fit the budget.
   auto assign_offsets = [&] {
     smem_home.clear();
     skip_registers.clear();
-    int64_t offset = 0;
-    for (const auto& [v, plain_load] : homes) {
+    reuse_barriers_.clear();
+    std::vector<std::pair<ir::ValueId, bool>> order = homes;
+    std::stable_sort(order.begin(), order.end(), [&](const auto& x, const auto& y) {
+      return span.at(x.first).first < span.at(y.first).first;
+    });
+    struct Placed {
+      int64_t begin, end;
+      std::pair<size_t, size_t> live;
+    };
+    std::vector<Placed> placed;
+    int64_t top = 0;
+    for (const auto& [v, plain_load] : order) {
       SmemTile tile;
       tile.rows = type(v).shape[0];
       tile.cols = type(v).shape[1];
       tile.swizzled = swizzled_homes_.count(v) > 0;
-      offset = align_up(offset, tile.swizzled ? 1024 : 128);  // swizzle atoms are 1024-byte aligned
+      const int64_t align = tile.swizzled ? 1024 : 128;  // swizzle atoms are 1024-byte aligned
+      const int64_t bytes = align_up(tile.bytes() * (prefetch.count(v) ? stages_ : 1), 128);
+      const auto live = span.at(v);
+      auto overlaps_live = [&](const Placed& p) { return !(p.live.second < live.first || live.second < p.live.first); };
+      // The lowest offset clear of every home live at the same time.
+      int64_t offset = 0;
+      for (bool moved = true; moved;) {
+        moved = false;
+        offset = align_up(offset, align);
+        for (const Placed& p : placed)
+          if (overlaps_live(p) && offset < p.end && p.begin < offset + bytes) {
+            offset = p.end;
+            moved = true;
+          }
+      }
+      // Memory an earlier home used: every thread must be done with it before this home is written.
+      for (const Placed& p : placed)
+        if (!overlaps_live(p) && offset < p.end && p.begin < offset + bytes) reuse_barriers_.insert(live.first);
       tile.offset = offset;
-      offset = align_up(offset + tile.bytes() * (prefetch.count(v) ? stages_ : 1), 128);
+      placed.push_back({offset, offset + bytes, live});
+      top = std::max(top, offset + bytes);
       smem_home[v] = tile;
       if (plain_load) skip_registers.insert(v);
     }
-    smem_homes_bytes_ = offset;
-    return offset <= budget;
+    smem_homes_bytes_ = top;
+    return top <= budget;
   };
   stages_ = params_.num_stages > 1 ? std::min(params_.num_stages, 8) : 3;
   bool fits = assign_offsets();
@@ -362,7 +415,19 @@ void Emitter::plan() {
     const bool plain_load = d && d->op == ir::Op::Load && !(d->i1 & (ir::kHasMask | ir::kGather)) && all_uses_are_dots(v);
     bool invariant = false;
     for (const ir::Inst* u : ds) invariant = invariant || loop_depth_of(v) < loop_depth_of(u->results[0]);
-    if (plain_load || invariant) homes.emplace_back(v, plain_load);
+    // Computed in the loop that reads it, where no dot can take it from registers (a B operand, or
+    // an A operand read transposed, as P^T and dS^T in the attention backward): a home written
+    // each iteration, so that the dots may run on wgmma, which reads such operands only from
+    // shared memory.
+    bool computed = false;
+    if (!plain_load && !invariant && d && d->op != ir::Op::Load && all_uses_are_dots(v) && layout_of(v).registers() &&
+        type(v).shape.size() == 2) {
+      for (const ir::Inst* u : ds) {
+        const DotOperands o = dot_operands(*u);
+        computed = computed || o.b == v || (o.a == v && o.ta);
+      }
+    }
+    if (plain_load || invariant || computed) homes.emplace_back(v, plain_load);
   }
   find_prefetches(homes);
   choose_wgmma(homes);
