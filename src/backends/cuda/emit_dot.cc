@@ -16,7 +16,9 @@ namespace palladium::cuda {
 void Emitter::emit_home_store(ir::ValueId v) {
   const Layout& l = layout_of(v);
   const std::string conv = type(v).dtype == DType::bfloat16 ? "pl_f_to_bf16" : "pl_f_to_f16";
-  if (loop_depth_of(v) > 0) barrier();  // dots of the previous iteration may still read the home
+  // Dots of the previous iteration may still read the home, unless a barrier has run since (every
+  // dot in flight is retired at the end of a loop body).
+  if (loop_depth_of(v) > 0 && !barrier_in_body_) barrier();
   if (l.kind == LayoutKind::Mma) {
     // Slots 2i and 2i + 1 hold adjacent columns of one row (an even one): one 4-byte store each.
     const std::string pack = type(v).dtype == DType::bfloat16 ? "pl_pack_bf16" : "pl_pack_f16";

@@ -79,7 +79,11 @@ void Emitter::close(const std::string& s) {
   --indent_;
   line(s);
 }
-void Emitter::barrier() { line("__syncthreads();"); }
+void Emitter::barrier() {
+  touched_shared_ = true;
+  barrier_in_body_ = true;
+  line("__syncthreads();");
+}
 
 void Emitter::declare(ir::ValueId v) {
   if (skip_registers.count(v) || in_place_.count(v)) return;
@@ -138,6 +142,7 @@ std::string Emitter::owner(const Layout& l) const {
 }
 
 std::string Emitter::stage_space(int64_t bytes, const std::string& type, int64_t offset) {
+  touched_shared_ = true;
   if (smem_homes_bytes_ + offset + bytes <= target_.max_shared_bytes - kSharedReserve) {
     smem_stage_bytes_ = std::max(smem_stage_bytes_, offset + bytes);
     return "((" + type + "*)(pl_stage_s + " + std::to_string(offset) + "))";
@@ -203,15 +208,85 @@ void Emitter::unsupported(const ir::Inst& in, const std::string& why) const {
 
 // ---------------------------------------------------------------- regions and control flow
 
+// Whether `in` or an instruction nested in it reads one of `values`.
+static bool reads_any(const ir::Inst& in, const std::set<ir::ValueId>& values) {
+  for (ir::ValueId o : in.operands)
+    if (values.count(o)) return true;
+  for (const ir::Region& r : in.regions)
+    for (const ir::Inst& sub : r.body)
+      if (reads_any(sub, values)) return true;
+  return false;
+}
+
 void Emitter::emit_region(const ir::Region& r) {
+  // A barrier in a nested region need not run on every iteration of the loop around it.
+  const bool barrier_before = barrier_in_body_;
+  if (&r != &k_.body) barrier_in_body_ = false;
+  emit_region_body(r);
+  barrier_in_body_ = barrier_before;
+}
+
+void Emitter::emit_region_body(const ir::Region& r) {
   for (const ir::Inst& in : r.body) {
-    if (in.op == ir::Op::Yield) continue;
-    if (&r == &k_.body && reuse_barriers_.count(static_cast<size_t>(&in - r.body.data()))) barrier();
+    if (in.op == ir::Op::Yield || emitted_early_.count(&in)) continue;
+    if (&r == &k_.body && reuse_barriers_.count(static_cast<size_t>(&in - r.body.data()))) {
+      retire_dots();
+      barrier();
+    }
     // A pipelined loop's last dot is still in flight into the carry this instruction reads.
     for (const auto& [loop, p] : pipelined_)
       if (p.carry_reader == &in) line("pl_wgmma_wait<0>();");
-    emit_inst(in);
+    if (!dots_in_flight_.empty() && reads_any(in, dots_in_flight_)) emit_ahead_of_wait(r, in);
+    emit_inst_beside_dots(in);
   }
+  retire_dots();
+}
+
+// Emits `in` while the wgmma dots issued before it run, when it neither reads their results nor
+// touches shared memory (their operands) nor is a dot or control flow; else retires them first.
+void Emitter::emit_inst_beside_dots(const ir::Inst& in) {
+  if (dots_in_flight_.empty()) return emit_inst(in);
+  const ir::Family f = ir::op_family(in.op);
+  if (!in.regions.empty() || f == ir::Family::Dot || f == ir::Family::Effect || reads_any(in, dots_in_flight_)) {
+    retire_dots();
+    return emit_inst(in);
+  }
+  std::ostringstream aside;
+  aside.swap(body_);
+  touched_shared_ = false;
+  emit_inst(in);
+  aside.swap(body_);
+  if (touched_shared_) retire_dots();
+  body_ << aside.str();
+}
+
+// `in` reads a dot in flight: first the later loads of the region that can run while it does
+// (into registers, from refs the kernel never writes, their indices already computed: the
+// attention backward's lse and delta rows), up to the next effect or control flow. Their
+// latency then hides behind the dot's.
+void Emitter::emit_ahead_of_wait(const ir::Region& r, const ir::Inst& in) {
+  std::set<ir::ValueId> unavailable = dots_in_flight_;
+  for (size_t j = static_cast<size_t>(&in - r.body.data()); j < r.body.size(); ++j) {
+    const ir::Inst& x = r.body[j];
+    if (x.op == ir::Op::Yield || !x.regions.empty() || ir::has_effects(x)) break;
+    if (emitted_early_.count(&x)) continue;
+    const bool register_load = x.op == ir::Op::Load && !(x.i1 & (ir::kHasMask | ir::kGather)) &&
+                               !written_refs_.count(static_cast<int>(x.i0)) && !smem_home.count(x.results[0]) &&
+                               layout_of(x.results[0]).registers();
+    if (&x == &in || !register_load || reads_any(x, unavailable)) {
+      for (ir::ValueId v : x.results) unavailable.insert(v);
+      continue;
+    }
+    emit_inst_beside_dots(x);
+    emitted_early_.insert(&x);
+    if (dots_in_flight_.empty()) return;  // it needed shared memory after all: the dots are retired
+  }
+}
+
+void Emitter::retire_dots() {
+  if (dots_in_flight_.empty()) return;
+  line("pl_wgmma_wait<0>();");
+  dots_in_flight_.clear();
 }
 
 static const ir::Inst& yield_of(const ir::Region& r) { return r.body.back(); }

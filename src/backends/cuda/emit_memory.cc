@@ -216,6 +216,7 @@ bool Emitter::emit_vector_memory(const ir::Inst& in, const Layout& l, ir::ValueI
 // A 16-bit tile loaded straight into its shared-memory home: 16-byte chunks through cp.async
 // where the row is contiguous, aligned and in bounds, element by element (zero padding) elsewhere.
 void Emitter::emit_home_fill(const ir::Inst& in, const SmemTile& tile, const std::string& home) {
+  touched_shared_ = true;
   const ir::RefParam& p = k_.refs.at(static_cast<size_t>(in.i0));
   const int64_t rows = tile.rows, cols = tile.cols;
   // Is the value's dimension 1 the array's innermost dimension, with unit stride?
@@ -317,6 +318,7 @@ std::string Emitter::home_expr(ir::ValueId v) const {
 // The load's index instructions re-emitted for loop index `index` (their values renamed), then
 // the copy into `dst`.
 void Emitter::emit_prefetch_issue(const ir::Inst& in, const std::string& index, const std::string& dst) {
+  touched_shared_ = true;
   const ir::ValueId v = in.results[0];
   const Prefetch& p = prefetch.at(v);
   const ir::Region& body = p.loop->regions[0];

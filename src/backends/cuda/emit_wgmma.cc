@@ -106,7 +106,17 @@ void Emitter::emit_wgmma(const ir::Inst& in, ir::ValueId a, ir::ValueId b, bool 
   init_accumulator(in);
   emit_wgmma_issue(in, a, b, ta, tb);
   line("pl_wgmma_commit();");
-  line(retire_later ? "pl_wgmma_wait<1>();" : "pl_wgmma_wait<0>();");
+  // Retired where its result is first needed (emit_region), unless PALLADIUM_CUDA_DEFER_WAIT=0.
+  static const bool defer = [] {
+    const char* env = std::getenv("PALLADIUM_CUDA_DEFER_WAIT");
+    return !(env && std::string(env) == "0");
+  }();
+  if (!retire_later && defer) {
+    dots_in_flight_.insert(in.results[0]);
+    for (const auto& [sum, dot] : alias_of)  // adds folded into the dot name its registers too
+      if (dot == in.results[0]) dots_in_flight_.insert(sum);
+  }
+  else line(retire_later ? "pl_wgmma_wait<1>();" : "pl_wgmma_wait<0>();");
 }
 
 void Emitter::emit_wgmma_issue(const ir::Inst& in, ir::ValueId a, ir::ValueId b, bool ta, bool tb) {

@@ -109,7 +109,19 @@ class Emitter {
 
   // ---- per-family emitters ----
   void emit_region(const ir::Region& r);
+  void emit_region_body(const ir::Region& r);
+  // Whether a barrier has been emitted in the innermost region being emitted, before this point:
+  // on every path through it (regions nested in it do not count).
+  bool barrier_in_body_ = false;
   void emit_inst(const ir::Inst& in);
+  // wgmma dots committed but not yet waited for: the instructions after a dot that neither read
+  // its result nor touch shared memory are emitted before its wait (emit_kernel.cc).
+  std::set<ir::ValueId> dots_in_flight_;
+  bool touched_shared_ = false;  // set by whatever emits a barrier or a shared-memory access
+  void emit_inst_beside_dots(const ir::Inst& in);
+  void emit_ahead_of_wait(const ir::Region& r, const ir::Inst& in);
+  std::set<const ir::Inst*> emitted_early_;  // emitted ahead of their place, while a dot ran
+  void retire_dots();
   void emit_inst_body(const ir::Inst& in);
   void emit_leaf(const ir::Inst& in);                 // emit_elementwise.cc
   void emit_elementwise(const ir::Inst& in);
