@@ -16,6 +16,19 @@ namespace jnp = palladium::jnp;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
+template <class R> ir::Kernel traced(const Callable<R>& call, const std::vector<ShapeDtype>& inputs) {
+  detail::InputTypes in(inputs.begin(), inputs.end());
+  return detail::trace_kernel(*call.impl(), detail::describe(*call.impl(), in));
+}
+
+// Runs a kernel as it is, on a backend (outputs allocated by the backend).
+std::vector<Array> run_ir(const ir::Kernel& k, const std::string& backend_name, const std::vector<Array>& inputs) {
+  std::unique_ptr<backend::Executable> exe = backend::get(backend_name).compile(k, {});
+  std::vector<Array> outs(static_cast<size_t>(k.num_outputs()));
+  exe->run(inputs, outs);
+  return outs;
+}
+
 // The rewritten kernel on the interpreter and the cpu backend against a float64 reference.
 void expect_runs_match(const ir::Kernel& k, const std::vector<Array>& inputs, const Array& want, DType t) {
   for (const std::string& be : test_support::host_backends()) {

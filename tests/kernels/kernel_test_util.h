@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "backends/backend.h"
-#include "core/grid_mapping.h"
 #include "palladium/palladium.h"
 #include "tests/support/test_support.h"
 
@@ -215,20 +214,6 @@ inline ::testing::AssertionResult matches(const Array& out, const Array& ref, DT
 inline ::testing::AssertionResult agree(const Array& out, const Array& interp) {
   if (!is_float(out.dtype())) return exactly_equal(out, interp);
   return matches(out, interp.astype(f64), interp.dtype());
-}
-
-// The kernel IR a pallas_call traces for these inputs.
-template <class R> ir::Kernel traced(const Callable<R>& call, const std::vector<ShapeDtype>& inputs) {
-  detail::InputTypes in(inputs.begin(), inputs.end());
-  return detail::trace_kernel(*call.impl(), detail::describe(*call.impl(), in));
-}
-
-// Runs a kernel as it is, on a backend (outputs allocated by the backend).
-inline std::vector<Array> run_ir(const ir::Kernel& k, const std::string& backend_name, const std::vector<Array>& inputs) {
-  std::unique_ptr<backend::Executable> exe = backend::get(backend_name).compile(k, {});
-  std::vector<Array> outs(static_cast<size_t>(k.num_outputs()));
-  exe->run(inputs, outs);
-  return outs;
 }
 
 inline std::vector<Array> as_vector(Array a) { return {std::move(a)}; }

@@ -18,7 +18,6 @@
 
 #include "backends/common/access_check.h"
 #include "backends/common/chain_loops.h"
-#include "backends/common/hoist_invariants.h"
 #include "backends/common/debug_print.h"
 #include "backends/common/disk_cache.h"
 #include "backends/cuda/codegen.h"
@@ -432,20 +431,17 @@ class CudaBackend final : public backend::Backend {
     if (why.empty()) why = nvrtc_unavailable_reason();
     return why;
   }
-  // The kernel CUDA code is generated for: sequential chains as loops, loop invariants hoisted.
-  static ir::Kernel codegen_kernel(const ir::Kernel& k, const backend::CompileOptions& o) {
-    return backend::hoist_loop_invariants(backend::kernel_for_codegen(k, backend::checks_enabled(o.params.checks)));
-  }
   std::unique_ptr<backend::Executable> compile(const ir::Kernel& k, const backend::CompileOptions& o) override {
     if (const int sm = compile_only_target()) {
       // Generate and compile for the target (errors propagate), then run on the interpreter.
-      GeneratedKernel g = generate_cuda(codegen_kernel(k, o), o.params, target_for(sm / 10, sm % 10));
+      GeneratedKernel g = generate_cuda(backend::kernel_for_codegen(k, backend::checks_enabled(o.params.checks)), o.params,
+                                        target_for(sm / 10, sm % 10));
       CompileResult c = compile_to_cubin(g, k.name, target_for(sm / 10, sm % 10), true, o.debug);
       ++compiled_count;
       if (o.debug) write_debug_files(k.name, g, c.ptx, c.cubin);
       return interp::backend().compile(k, o);
     }
-    auto exe = std::make_unique<CudaExecutable>(codegen_kernel(k, o), o);
+    auto exe = std::make_unique<CudaExecutable>(backend::kernel_for_codegen(k, backend::checks_enabled(o.params.checks)), o);
     exe->kernel_for(0);  // compile now, so errors surface at the call that traced the kernel
     return exe;
   }
