@@ -237,6 +237,14 @@ bool has_effects(const Inst& in) {
       if (has_effects(inner)) return true;
   return false;
 }
+bool reads(const Inst& in, const std::set<ValueId>& values) {
+  for (ValueId o : in.operands)
+    if (values.count(o)) return true;
+  for (const Region& r : in.regions)
+    for (const Inst& inner : r.body)
+      if (reads(inner, values)) return true;
+  return false;
+}
 void verify(const Kernel& k) { Verifier(k).run(); }
 
 }  // namespace palladium::ir

@@ -12,6 +12,7 @@
 //  - Stores and atomics write output refs only; inputs are read-only.
 #pragma once
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -124,6 +125,8 @@ struct Kernel {
 std::string print(const Kernel& k);
 // Whether the instruction, or one nested in its regions, stores, updates memory atomically or prints.
 bool has_effects(const Inst& in);
+// Whether the instruction, or one nested in its regions, reads one of `values`.
+bool reads(const Inst& in, const std::set<ValueId>& values);
 // Throws InternalError describing the first broken invariant (a bug in tracing or a pass).
 void verify(const Kernel& k);
 

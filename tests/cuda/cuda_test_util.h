@@ -5,8 +5,14 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
@@ -15,6 +21,7 @@
 #include "palladium/device.h"
 #include "ops/attention.h"
 #include "palladium/palladium.h"
+#include "tests/support/test_support.h"
 
 namespace palladium::cudatest {
 
@@ -183,5 +190,35 @@ inline void expect_attention_matches_reference(const Array& q, const Array& k, c
   EXPECT_LT(rel_error(to_host(dk), rk), tol) << "dk";
   EXPECT_LT(rel_error(to_host(dv), rv), tol) << "dv";
 }
+
+// The generated CUDA sources of the kernels compiled with `debug` while it lives: PALLADIUM_DEBUG_DIR
+// names a folder of this process under the temporary directory, emptied now and removed at the end.
+class GeneratedSources {
+ public:
+  explicit GeneratedSources(const std::string& tag)
+      : dir_((std::filesystem::temp_directory_path() / ("pl-" + tag + "-" + std::to_string(::getpid()))).string()),
+        env_("PALLADIUM_DEBUG_DIR", dir_) {
+    clear();
+  }
+  ~GeneratedSources() { clear(); }
+  GeneratedSources(const GeneratedSources&) = delete;
+  GeneratedSources& operator=(const GeneratedSources&) = delete;
+  void clear() const {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  const std::string& dir() const { return dir_; }
+  // The source of pallas_call `name` (empty when none was written).
+  std::string source(const std::string& name) const {
+    std::ifstream file(dir_ + "/pl_" + name + ".cu");
+    std::stringstream text;
+    text << file.rdbuf();
+    return text.str();
+  }
+
+ private:
+  std::string dir_;
+  test_support::ScopedEnv env_;
+};
 
 }  // namespace palladium::cudatest

@@ -1,11 +1,5 @@
 // Loads and stores (edge blocks, masks with `other`, strided and dynamic slices, squeezed block
 // dimensions), atomics across programs, control flow, grids of any rank, debug_print.
-#include <unistd.h>
-
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/support/test_support.h"
 
@@ -170,10 +164,7 @@ TEST(CudaControl, DebugPrintCompilesAndRuns) {
 // source shows it: the loop's prologue issues w's copies and none of o's.
 TEST(CudaMemory, RecurrenceThroughTheOutputIsNotPrefetched) {
   PL_REQUIRE_NVRTC();
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("pl-recurrence-test-" + std::to_string(::getpid()))).string();
-  test_support::ScopedEnv debug_dir{"PALLADIUM_DEBUG_DIR", dir};
-  std::filesystem::remove_all(dir);
+  GeneratedSources sources("recurrence-test");
   constexpr int64_t kRows = 64, kSteps = 8;
   auto kernel = [](pl::Ref x, pl::Ref w, pl::Ref o) {  // refs 0, 1, 2 (pl_ref0 .. pl_ref2)
     o(pl::ds(0, kRows), pl::slice()) = x[pl::all];
@@ -186,12 +177,8 @@ TEST(CudaMemory, RecurrenceThroughTheOutputIsNotPrefetched) {
   // w's entries (variance 1/75) keep the rows of o near unit size over the steps.
   Array x = normal(31, {kRows, 64}, bf16), w = uniform(32, {kSteps * kRows, 64}, bf16, -0.2, 0.2);
   check_kernel(kernel, {ShapeDtype({kSteps * kRows, 64}, bf16)}, {.name = "recurrence", .debug = true}, {x, w}, 2e-2);
-  std::ifstream file(dir + "/pl_recurrence.cu");
-  std::stringstream source;
-  source << file.rdbuf();
-  const std::string s = source.str();
-  std::filesystem::remove_all(dir);
-  ASSERT_FALSE(s.empty()) << "no generated source in " << dir;
+  const std::string s = sources.source("recurrence");
+  ASSERT_FALSE(s.empty()) << "no generated source in " << sources.dir();
   // The prologue: from the first prefetch round to the loop itself.
   const size_t begin = s.find("pl_pre = "), end = s.find("for (pl_i32 pl_i", begin);
   ASSERT_NE(begin, std::string::npos) << "w's load is no longer prefetched; the test needs another read-only operand";

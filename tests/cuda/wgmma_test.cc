@@ -2,12 +2,7 @@
 // orientations it takes, in loops with prefetched operands, and the attention kernels (whose
 // backward reads P^T and dS^T from shared tiles written each iteration). Without a GPU the
 // kernels are compiled for sm_90a by NVRTC, so the wgmma code generation is checked there too.
-#include <unistd.h>
-
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "ops/attention.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -67,14 +62,12 @@ TEST(CudaWgmma, MatmulKLoop) {
 TEST(CudaWgmma, GridKMatmulCompilesAsAPipelinedKLoop) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("pl-chain-loop-test-" + std::to_string(::getpid()))).string();
-  test_support::ScopedEnv debug_dir{"PALLADIUM_DEBUG_DIR", dir};
+  GeneratedSources sources("chain-loop-test");
   int64_t m = 256, n = 256, k = 320, bm = 128, bn = 128, bk = 64;  // (not const: captured as values)
   const Array x = normal(31, {m, k}, bf16), y = normal(32, {k, n}, bf16);
   for (bool scratch : {false, true}) {
     SCOPED_TRACE(scratch ? "scratch accumulator" : "output accumulator");
-    std::filesystem::remove_all(dir);
+    sources.clear();
     auto make = [&](const std::string& be) {
       pl::CallOptions o{.grid = {m / bm, n / bn, k / bk},
                         .dimension_semantics = {pl::parallel, pl::parallel, pl::arbitrary},
@@ -104,15 +97,12 @@ TEST(CudaWgmma, GridKMatmulCompilesAsAPipelinedKLoop) {
           pl::ShapeDtype({m, n}, pl::bf16), o);
     };
     expect_cuda_matches(make, {x, y}, scratch ? 1e-2 : 1e-5);
-    std::ifstream file(dir + (scratch ? "/pl_grid_k_scratch.cu" : "/pl_grid_k.cu"));
-    std::stringstream source;
-    source << file.rdbuf();
-    ASSERT_FALSE(source.str().empty()) << "no generated source in " << dir;
-    EXPECT_NE(source.str().find("pl_cp_async16("), std::string::npos);  // prefetched operand tiles
-    EXPECT_NE(source.str().find("pl_wgmma_"), std::string::npos);
-    EXPECT_EQ(source.str().find("pl_step"), std::string::npos);  // no loop over programs
+    const std::string source = sources.source(scratch ? "grid_k_scratch" : "grid_k");
+    ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
+    EXPECT_NE(source.find("pl_cp_async16("), std::string::npos);  // prefetched operand tiles
+    EXPECT_NE(source.find("pl_wgmma_"), std::string::npos);
+    EXPECT_EQ(source.find("pl_step"), std::string::npos);  // no loop over programs
   }
-  std::filesystem::remove_all(dir);
 }
 
 // The software-pipelined loop (dot_pipeline.cc) where it applies, the attention forward at
@@ -121,27 +111,22 @@ TEST(CudaWgmma, GridKMatmulCompilesAsAPipelinedKLoop) {
 TEST(CudaWgmma, PipelinedAttentionLoop) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("pl-pipeline-test-" + std::to_string(::getpid()))).string();
-  test_support::ScopedEnv debug_dir{"PALLADIUM_DEBUG_DIR", dir};
+  GeneratedSources sources("pipeline-test");
   const Shape shape{1, 512, 2, 128};
   Array q = normal(21, shape, bf16), k = normal(22, shape, bf16), v = normal(23, shape, bf16);
   for (bool pipelined : {true, false}) {
     SCOPED_TRACE(pipelined ? "pipelined" : "not pipelined");
     test_support::ScopedEnv pipe{"PALLADIUM_CUDA_PIPELINE", pipelined ? "1" : "0"};
-    std::filesystem::remove_all(dir);
+    sources.clear();
     // Distinct scales: ops keeps one pallas_call per configuration.
     pl::ops::MhaOptions o{.sm_scale = pipelined ? 0.0884f : 0.0885f, .causal = true, .block_q = 128, .block_k = 64,
                           .backend = "cuda", .debug = true};
     Array got = pl::ops::mha(q, k, v, Array(), o);
-    std::ifstream file(dir + "/pl_mha_forward.cu");
-    std::stringstream source;
-    source << file.rdbuf();
-    ASSERT_FALSE(source.str().empty()) << "no generated source in " << dir;
-    EXPECT_EQ(source.str().find("pl_wgmma_wait<1>") != std::string::npos, pipelined);
+    const std::string source = sources.source("mha_forward");
+    ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
+    EXPECT_EQ(source.find("pl_wgmma_wait<1>") != std::string::npos, pipelined);
     EXPECT_LT(rel_error(to_host(got), pl::ops::mha_reference(q, k, v, Array(), o.sm_scale, o.causal).out), 5e-3);
   }
-  std::filesystem::remove_all(dir);
 }
 
 // The seed's attention backward at head_dim 128: its P^T and dS^T operands are written to
@@ -151,20 +136,14 @@ TEST(CudaWgmma, PipelinedAttentionLoop) {
 TEST(CudaWgmma, AttentionBackwardRunsEveryDotOnWgmmaInSharedTilesOfOneLoop) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("pl-bwd-wgmma-test-" + std::to_string(::getpid()))).string();
-  test_support::ScopedEnv debug_dir{"PALLADIUM_DEBUG_DIR", dir};
-  std::filesystem::remove_all(dir);
+  GeneratedSources sources("bwd-wgmma-test");
   const Shape shape{1, 256, 2, 128};
   Array q = normal(31, shape, bf16), k = normal(32, shape, bf16), v = normal(33, shape, bf16),
         dout = normal(34, shape, bf16);
   pl::ops::MhaOptions o{.sm_scale = 0.0883f, .causal = false, .backend = "cuda", .debug = true};
   expect_attention_matches_reference(q, k, v, Array(), dout, o);
-  std::ifstream file(dir + "/pl_mha_backward.cu");
-  std::stringstream buffer;
-  buffer << file.rdbuf();
-  const std::string source = buffer.str();
-  ASSERT_FALSE(source.empty()) << "no generated source in " << dir;
+  const std::string source = sources.source("mha_backward");
+  ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
   const size_t calls = test_support::count_of(source, "pl_wgmma_n") - test_support::count_of(source, "void pl_wgmma_n");
   EXPECT_EQ(calls, 7u);
   EXPECT_EQ(test_support::count_of(source, "pl_mma_bf16_16816(&"), 0u);
@@ -188,7 +167,6 @@ TEST(CudaWgmma, AttentionBackwardRunsEveryDotOnWgmmaInSharedTilesOfOneLoop) {
   EXPECT_LT(body.find("pl_ref5["), body.find("pl_wgmma_wait<0>();"));
   EXPECT_GT(body.find("pl_ref5["), commit);
   EXPECT_EQ(test_support::count_of(body, "__syncthreads();"), 3u);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(CudaWgmma, AttentionForwardAndBackward) {

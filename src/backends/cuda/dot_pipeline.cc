@@ -20,16 +20,6 @@ bool is_elementwise(ir::Op op) {
   return f == ir::Family::Unary || f == ir::Family::Binary || f == ir::Family::Select || f == ir::Family::Cast;
 }
 
-// Whether `in` or an instruction nested in it reads v.
-bool reads(const ir::Inst& in, ir::ValueId v) {
-  for (ir::ValueId o : in.operands)
-    if (o == v) return true;
-  for (const ir::Region& r : in.regions)
-    for (const ir::Inst& sub : r.body)
-      if (reads(sub, v)) return true;
-  return false;
-}
-
 }  // namespace
 
 void Emitter::find_pipelined_loops() {
@@ -70,14 +60,14 @@ void Emitter::find_pipelined_loops() {
       // the carry's and e's only use (e then computes in place, in the carry's registers).
       const ir::Inst* e = def(addend);
       const bool top_level = e && e >= &body.body.front() && e <= &body.body.back();
-      if (!top_level || !is_elementwise(e->op) || uses(addend) != 1 || !reads(*e, p.carry_arg) ||
+      if (!top_level || !is_elementwise(e->op) || uses(addend) != 1 || !ir::reads(*e, {p.carry_arg}) ||
           layout_of(p.carry_arg).id != layout_of(addend).id)
         continue;
       // The first dot: a fresh accumulator read only before the last dot; both operands in
       // shared memory, each prefetched by this loop or loop invariant, at least one prefetched.
       const ir::Inst& first = body.body[dots.front()];
       bool ok = wgmma_dots_.count(&first) && !dot_addend.count(first.results[0]);
-      for (size_t i = dots.back(); i < body.body.size() && ok; ++i) ok = !reads(body.body[i], first.results[0]);
+      for (size_t i = dots.back(); i < body.body.size() && ok; ++i) ok = !ir::reads(body.body[i], {first.results[0]});
       const auto [a, b, ta, tb] = dot_operands(first);
       int prefetched = 0;
       for (ir::ValueId v : {a, b}) {

@@ -208,16 +208,6 @@ void Emitter::unsupported(const ir::Inst& in, const std::string& why) const {
 
 // ---------------------------------------------------------------- regions and control flow
 
-// Whether `in` or an instruction nested in it reads one of `values`.
-static bool reads_any(const ir::Inst& in, const std::set<ir::ValueId>& values) {
-  for (ir::ValueId o : in.operands)
-    if (values.count(o)) return true;
-  for (const ir::Region& r : in.regions)
-    for (const ir::Inst& sub : r.body)
-      if (reads_any(sub, values)) return true;
-  return false;
-}
-
 void Emitter::emit_region(const ir::Region& r) {
   // A barrier in a nested region need not run on every iteration of the loop around it.
   const bool barrier_before = barrier_in_body_;
@@ -236,7 +226,7 @@ void Emitter::emit_region_body(const ir::Region& r) {
     // A pipelined loop's last dot is still in flight into the carry this instruction reads.
     for (const auto& [loop, p] : pipelined_)
       if (p.carry_reader == &in) line("pl_wgmma_wait<0>();");
-    if (!dots_in_flight_.empty() && reads_any(in, dots_in_flight_)) emit_ahead_of_wait(r, in);
+    if (!dots_in_flight_.empty() && ir::reads(in, dots_in_flight_)) emit_ahead_of_wait(r, in);
     emit_inst_beside_dots(in);
   }
   retire_dots();
@@ -247,7 +237,7 @@ void Emitter::emit_region_body(const ir::Region& r) {
 void Emitter::emit_inst_beside_dots(const ir::Inst& in) {
   if (dots_in_flight_.empty()) return emit_inst(in);
   const ir::Family f = ir::op_family(in.op);
-  if (!in.regions.empty() || f == ir::Family::Dot || f == ir::Family::Effect || reads_any(in, dots_in_flight_)) {
+  if (!in.regions.empty() || f == ir::Family::Dot || f == ir::Family::Effect || ir::reads(in, dots_in_flight_)) {
     retire_dots();
     return emit_inst(in);
   }
@@ -273,7 +263,7 @@ void Emitter::emit_ahead_of_wait(const ir::Region& r, const ir::Inst& in) {
     const bool register_load = x.op == ir::Op::Load && !(x.i1 & (ir::kHasMask | ir::kGather)) &&
                                !written_refs_.count(static_cast<int>(x.i0)) && !smem_home.count(x.results[0]) &&
                                layout_of(x.results[0]).registers();
-    if (&x == &in || !register_load || reads_any(x, unavailable)) {
+    if (&x == &in || !register_load || ir::reads(x, unavailable)) {
       for (ir::ValueId v : x.results) unavailable.insert(v);
       continue;
     }

@@ -107,10 +107,8 @@ void Emitter::emit_wgmma(const ir::Inst& in, ir::ValueId a, ir::ValueId b, bool 
   emit_wgmma_issue(in, a, b, ta, tb);
   line("pl_wgmma_commit();");
   // Retired where its result is first needed (emit_region), unless PALLADIUM_CUDA_DEFER_WAIT=0.
-  static const bool defer = [] {
-    const char* env = std::getenv("PALLADIUM_CUDA_DEFER_WAIT");
-    return !(env && std::string(env) == "0");
-  }();
+  const char* env = std::getenv("PALLADIUM_CUDA_DEFER_WAIT");
+  const bool defer = !(env && std::string(env) == "0");
   if (!retire_later && defer) {
     dots_in_flight_.insert(in.results[0]);
     for (const auto& [sum, dot] : alias_of)  // adds folded into the dot name its registers too

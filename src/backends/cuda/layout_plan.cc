@@ -17,13 +17,6 @@ constexpr int64_t kExchangeHeadroom = 8 * 1024;
 
 int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
-// `in` and every instruction nested in it.
-void walk_inst(const ir::Inst& in, const std::function<void(const ir::Inst&)>& f) {
-  f(in);
-  for (const ir::Region& r : in.regions)
-    for (const ir::Inst& sub : r.body) walk_inst(sub, f);
-}
-
 void walk(const ir::Region& r, int depth, const std::function<void(const ir::Inst&, int)>& f) {
   for (const ir::Inst& in : r.body) {
     f(in, depth);
@@ -150,19 +143,16 @@ void Emitter::choose_stages(std::vector<std::pair<ir::ValueId, bool>>& homes) {
   // Each home's live range in top-level instructions: from the one defining it to the last one
   // reading it. Homes whose ranges are disjoint share memory (the attention backward's two loops).
   std::map<ir::ValueId, std::pair<size_t, size_t>> span;
-  {
-    for (const auto& h : homes) span[h.first] = {SIZE_MAX, 0};
-    auto extend = [&](ir::ValueId v, size_t at) {
-      auto it = span.find(unfolded(v));
-      if (it == span.end()) return;
-      it->second.first = std::min(it->second.first, at);
-      it->second.second = std::max(it->second.second, at);
+  for (const auto& h : homes) span[h.first] = {SIZE_MAX, 0};
+  for (size_t i = 0; i < k_.body.body.size(); ++i) {
+    auto extend = [&](const ir::Inst& in, int) {
+      for (const std::vector<ir::ValueId>* vs : {&in.operands, &in.results})
+        for (ir::ValueId v : *vs)
+          if (auto it = span.find(unfolded(v)); it != span.end())
+            it->second = {std::min(it->second.first, i), std::max(it->second.second, i)};
     };
-    for (size_t i = 0; i < k_.body.body.size(); ++i)
-      walk_inst(k_.body.body[i], [&](const ir::Inst& in) {
-        for (ir::ValueId o : in.operands) extend(o, i);
-        for (ir::ValueId r : in.results) extend(r, i);
-      });
+    extend(k_.body.body[i], 0);
+    for (const ir::Region& r : k_.body.body[i].regions) walk(r, 0, extend);
   }
   // Lays the homes out for stages_ (first fit by live range); whether they fit the budget.
   auto assign_offsets = [&] {
