@@ -1,7 +1,7 @@
 // CUDA backend benchmarks, printed as one table (run on a GPU; peers run in the same job by
 // tools/gpu_run.sh):
 //   - f32 vector add of 2^28 elements as a Palladium kernel vs the device-to-device copy bandwidth;
-//   - bf16 matmul 8192^3 as a Palladium kernel vs cuBLASLt called from this binary;
+//   - bf16 matmul 4096^3 and 8192^3 as a Palladium kernel vs cuBLASLt called from this binary;
 //   - the seed attention forward (ops::mha), bf16, batch*seq = 16384, hidden 2048, and forward +
 //     backward through the custom VJP;
 //   - IndRNN, T=1000, F=1024 (peers: jax lax.scan and Pallas-Triton, in peers/jax_peers.py);
@@ -217,9 +217,11 @@ struct Cublas {
 };
 #endif
 
-void bench_matmul() {
-  const int64_t n = 8192;
+// bf16 matmul at 4096^3 and 8192^3 (the sizes of the peers' tables): cuBLASLt from this binary,
+// jnp::matmul under jit, and the blocked kernel at fixed tilings.
+void bench_matmul_size(int64_t n) {
   const double flops = 2.0 * n * n * n;
+  const std::string shape = std::to_string(n) + "^3";
   pl::Array a = pl::to_device(pl::random::normal(pl::random::key(3), {n, n}, pl::bf16), gpu());
   pl::Array b = pl::to_device(pl::random::normal(pl::random::key(4), {n, n}, pl::bf16), gpu());
   const pl::Array ha = pl::to_host(a), hb = pl::to_host(b);
@@ -229,7 +231,7 @@ void bench_matmul() {
   if (blas.ok) {
     ref = pl::empty({n, n}, pl::bf16, gpu());
     const double ms = events_ms([&] { blas.run(a.data(), b.data(), ref.data()); }, 10);
-    report("matmul bf16", "8192^3", "cuBLASLt (same binary)", ms, tflops(flops, ms));
+    report("matmul bf16", shape, "cuBLASLt (same binary)", ms, tflops(flops, ms));
   }
 #endif
   // The program level's matmul (jnp::matmul under jit): its candidate tilings autotuned at the
@@ -244,7 +246,7 @@ void bench_matmul() {
         check("jit(jnp::matmul) vs cuBLASLt (relative)", pl::rel_error(pl::to_host(out).astype(pl::f64), pl::to_host(ref).astype(pl::f64)), 1.0 / 128);
       const double ms = kernel_ms([&] { out = jm(a, b); }, 2, 10);
       ::unsetenv("PALLADIUM_AUTOTUNE");
-      report("matmul bf16", "8192^3", tuned ? "palladium jit(jnp::matmul), autotuned" : "palladium jit(jnp::matmul), first tiling",
+      report("matmul bf16", shape, tuned ? "palladium jit(jnp::matmul), autotuned" : "palladium jit(jnp::matmul), first tiling",
              ms, tflops(flops, ms));
     } catch (const std::exception& e) {
       ::unsetenv("PALLADIUM_AUTOTUNE");
@@ -274,13 +276,17 @@ void bench_matmul() {
               std::sqrt(num / den), 1e-2);
       }
       const double ms = kernel_ms([&] { out = mm(a, b); }, 2, 10);
-      report("matmul bf16", "8192^3", "palladium " + std::to_string(c.bm) + "x" + std::to_string(c.bn) + "x" +
+      report("matmul bf16", shape, "palladium " + std::to_string(c.bm) + "x" + std::to_string(c.bn) + "x" +
                                           std::to_string(c.bk) + " w" + std::to_string(c.warps) + " s" +
                                           std::to_string(c.stages), ms, tflops(flops, ms));
     } catch (const std::exception& e) {
       fail(std::string("matmul config: ") + e.what());
     }
   }
+}
+
+void bench_matmul() {
+  for (int64_t n : {4096, 8192}) bench_matmul_size(n);
 }
 
 // ---------------------------------------------------------------- attention

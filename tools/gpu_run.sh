@@ -4,10 +4,13 @@
 #            ops, core) and the examples, with PALLADIUM_BACKEND=cuda;
 #   bench    bench/cuda_bench (Palladium vs cuBLASLt, copy bandwidth, attention, compile, launch);
 #   peers    the peer scripts (../shared/peers copied to .peers/): torch, then JAX attention;
+#   report   every benchmark row with its peers from this job and the ratio (tools/bench_table.py);
+#   sanitize compute-sanitizer memcheck, racecheck and synccheck over the CUDA tests of the attention
+#            forward and backward (wgmma and mma.sync) and the matmuls, at the tests' small shapes;
 #   multigpu on a machine with several GPUs: the sharding tests on them through NCCL (one process,
 #            and two under mpirun), then bench/multi_gpu_bench (NCCL called directly, one GPU).
-# Usage: tools/gpu_run.sh [tests] [quicktests] [bench] [profile] [peers] [multigpu]
-#        (default: tests bench peers)
+# Usage: tools/gpu_run.sh [tests] [quicktests] [bench] [profile] [peers] [sanitize] [multigpu]
+#        (default: bench peers report, the benchmark table; `tests` runs the GPU suites)
 # Binaries come from $PL_BIN (default .peers/gpu/bin, prebuilt on the development machine);
 # when that folder is absent they are built here with the project's CMake into build-gpu/.
 # Logs go to $OUT (default /tmp/pl-gpu-out); each stage runs under its own time limit.
@@ -23,12 +26,23 @@ if [ -d .peers/gpu/cache ]; then
   mkdir -p "$PALLADIUM_CACHE_DIR" && cp -r .peers/gpu/cache/. "$PALLADIUM_CACHE_DIR"/
 fi
 parts=("$@")
-[ ${#parts[@]} -eq 0 ] && parts=(tests bench peers)
+[ ${#parts[@]} -eq 0 ] && parts=(bench peers report)
 
-if [ ! -x "$BIN/test_cuda" ]; then
-  echo "=== building with CMake (no prebuilt binaries in $BIN)"
+if [ ! -x "$BIN/cuda_bench" ]; then
+  # Only what the parts run: the benchmark alone builds in under a minute on the GPU machine.
+  targets=(cuda_bench)
+  for part in "${parts[@]}"; do
+    case $part in
+      tests) targets+=(test_cuda test_kernels test_ops test_core quickstart attention indrnn) ;;
+      quicktests|sanitize) targets+=(test_cuda test_ops) ;;
+      multigpu) targets+=(test_sharding multi_gpu_bench) ;;
+    esac
+  done
+  echo "=== building ${targets[*]} with CMake (no prebuilt binaries in $BIN)"
+  t0=$SECONDS
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release >"$OUT/build.log" 2>&1 &&
-    ninja -C build-gpu >>"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+    ninja -C build-gpu "${targets[@]}" >>"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+  echo "=== built in $((SECONDS - t0)) s"
   BIN=$PWD/build-gpu/bin-links
   mkdir -p "$BIN"
   ln -sf "$PWD"/build-gpu/tests/test_* "$PWD"/build-gpu/bench/cuda_bench "$PWD"/build-gpu/quickstart \
@@ -70,14 +84,23 @@ for part in "${parts[@]}"; do
       ;;
     bench)
       # A cold compile in a fresh cache directory, then the same kernel from that disk cache in a
-      # second process.
+      # second process. The attention forward and backward run as stages of their own, so that one
+      # running out of time leaves the others' rows.
       export PL_BENCH_CACHE_DIR=/tmp/pl-bench-cache-$$
       rm -rf "$PL_BENCH_CACHE_DIR"
-      stage cuda_bench ${PL_T_BENCH:-170} "$BIN/cuda_bench" ${PL_BENCH_PARTS:-}
+      stage cuda_bench ${PL_T_BENCH:-150} "$BIN/cuda_bench" ${PL_BENCH_PARTS:-compile add matmul indrnn launch}
+      if [ -z "${PL_BENCH_PARTS:-}" ]; then
+        stage cuda_bench_attention ${PL_T_ATTN:-120} "$BIN/cuda_bench" attention
+        stage cuda_bench_attention_bwd ${PL_T_ATTN_BWD:-150} "$BIN/cuda_bench" attention-bwd
+      fi
       stage cuda_bench_disk 60 "$BIN/cuda_bench" compile-disk
-      sed -n '/^| benchmark/,$p' "$OUT/cuda_bench.log"
-      grep "^ROW" "$OUT/cuda_bench_disk.log"
-      grep -E "^CHECK|^FAIL" "$OUT/cuda_bench.log"
+      grep -hE "^ROW" "$OUT"/cuda_bench*.log
+      grep -hE "^CHECK|^FAIL" "$OUT"/cuda_bench*.log
+      ;;
+    report)
+      # Every benchmark row beside its peers from this job, with the ratio (peer time / ours).
+      python3 tools/bench_table.py "$OUT"/cuda_bench*.log "$OUT"/torch_peers.log "$OUT"/jax_peers.log \
+        2>&1 | tee "$OUT/table.md"
       ;;
     profile)
       # Instruction mix of the matmul kernel, then Nsight Compute on one matmul and one attention launch.
@@ -101,6 +124,18 @@ for part in "${parts[@]}"; do
       stage test_ops ${PL_T_OPS:-50} "$BIN/test_ops" --gtest_brief=1
       unset PALLADIUM_BACKEND
       ;;
+    sanitize)
+      # Each tool over the attention and matmul tests; any report fails the stage
+      # (--error-exitcode). The tests compare against float64 as usual, so a wrong result fails too.
+      export PALLADIUM_BACKEND=cuda PALLADIUM_REQUIRE_GPU=1 PATH=/usr/local/cuda/bin:$PATH
+      filter='CudaWgmma.*Attention*:CudaWgmma.*Matmul*:CudaDot.Attention*:CudaDot.*Matmul*'
+      for tool in memcheck racecheck synccheck; do
+        stage "sanitize_$tool" ${PL_T_SANITIZE:-150} compute-sanitizer --tool "$tool" --error-exitcode 1 \
+          "$BIN/test_cuda" --gtest_brief=1 --gtest_filter="$filter"
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Hazard|Invalid" "$OUT/sanitize_$tool.log" | sort | uniq -c | head -10
+      done
+      unset PALLADIUM_BACKEND PALLADIUM_REQUIRE_GPU
+      ;;
     multigpu)
       # The sharding tests on the GPUs through NCCL (the default engine; a missing NCCL fails them),
       # in one process and as two processes sharing the GPUs, then the bench. NVLink multicast
@@ -117,6 +152,7 @@ for part in "${parts[@]}"; do
       grep -E "^(ROW|CHECK|FAIL|NOTE)" "$OUT/multi_gpu_bench.log"
       ;;
     peers)
+      [ -f .peers/jax_peers.py ] || { mkdir -p .peers && cp ../shared/peers/*.py .peers/; }
       stage torch_peers 120 python3 .peers/torch_peers.py
       grep -E "^ROW|^FAIL" "$OUT/torch_peers.log"
       stage jax_peers 240 python3 .peers/jax_peers.py attention indrnn
