@@ -25,25 +25,29 @@ TEST_P(CpuGemmBuilds, DotMatchesFloat64AndTheInterpreter) {
     GTEST_SKIP() << e.what();  // an instruction set this CPU lacks
   }
   Random rng;
-  // 200 x 1100 x 140: K crosses KC (256, 384 and 512) twice, M crosses MC, N is no multiple of NR.
-  constexpr int64_t m = 200, k = 1100, n = 140;
-  pl::Array a = rng.normal({m, k}), b = rng.normal({k, n}), c = rng.normal({m, n});
-  pl::Array a16 = a.astype(pl::bf16), b16 = b.astype(pl::f16);
-  auto kernel = [](Ref a_ref, Ref b_ref, Ref c_ref, Ref a16_ref, Ref b16_ref, Ref o_plain, Ref o_acc, Ref o_t, Ref o_16) {
-    o_plain[pl::all] = pl::dot(a_ref[pl::all], b_ref[pl::all]);
-    o_acc[pl::all] = c_ref[pl::all] + pl::dot(a_ref[pl::all], b_ref[pl::all]);
-    o_t[pl::all] = pl::dot(b_ref[pl::all], a_ref[pl::all], true, true) * 1.0f;  // (A B)^T, not stored directly
-    o_16[pl::all] = pl::dot(a16_ref[pl::all], b16_ref[pl::all]);
-  };
-  const pl::ShapeDtype out({m, n}, pl::f32), out_t({n, m}, pl::f32);
-  auto [cpu, interp] = run_both(kernel, {out, out, out_t, out}, {.name = "gemm_build_dot"}, {a, b, c, a16, b16});
-  const pl::Array ref = pl::matmul(a.astype(pl::f64), b.astype(pl::f64));
-  const pl::Array ref16 = pl::matmul(a16.astype(pl::f64), b16.astype(pl::f64));
-  EXPECT_TRUE(close(cpu[0], ref, 1e-6));
-  EXPECT_TRUE(close(cpu[1], pl::add(ref, c.astype(pl::f64)), 1e-6));
-  EXPECT_TRUE(close(cpu[2], pl::transpose(ref), 1e-6));
-  EXPECT_TRUE(close(cpu[3], ref16, 1e-6));
-  for (size_t i = 0; i < cpu.size(); ++i) EXPECT_TRUE(close(cpu[i], interp[i], 1e-6)) << "output " << i;
+  // 200 x 1100 x N: K crosses KC (256, 384 and 512) twice and M crosses MC; N = 140 is no multiple
+  // of NR (B packed panel by panel, with edges), N = 192 is one of every NR (B packed by rows).
+  for (const int64_t n : {140, 192}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    constexpr int64_t m = 200, k = 1100;
+    pl::Array a = rng.normal({m, k}), b = rng.normal({k, n}), c = rng.normal({m, n});
+    pl::Array a16 = a.astype(pl::bf16), b16 = b.astype(pl::f16);
+    auto kernel = [](Ref a_ref, Ref b_ref, Ref c_ref, Ref a16_ref, Ref b16_ref, Ref o_plain, Ref o_acc, Ref o_t, Ref o_16) {
+      o_plain[pl::all] = pl::dot(a_ref[pl::all], b_ref[pl::all]);
+      o_acc[pl::all] = c_ref[pl::all] + pl::dot(a_ref[pl::all], b_ref[pl::all]);
+      o_t[pl::all] = pl::dot(b_ref[pl::all], a_ref[pl::all], true, true) * 1.0f;  // (A B)^T, not stored directly
+      o_16[pl::all] = pl::dot(a16_ref[pl::all], b16_ref[pl::all]);
+    };
+    const pl::ShapeDtype out({m, n}, pl::f32), out_t({n, m}, pl::f32);
+    auto [cpu, interp] = run_both(kernel, {out, out, out_t, out}, {.name = "gemm_build_dot"}, {a, b, c, a16, b16});
+    const pl::Array ref = pl::matmul(a.astype(pl::f64), b.astype(pl::f64));
+    const pl::Array ref16 = pl::matmul(a16.astype(pl::f64), b16.astype(pl::f64));
+    EXPECT_TRUE(close(cpu[0], ref, 1e-6));
+    EXPECT_TRUE(close(cpu[1], pl::add(ref, c.astype(pl::f64)), 1e-6));
+    EXPECT_TRUE(close(cpu[2], pl::transpose(ref), 1e-6));
+    EXPECT_TRUE(close(cpu[3], ref16, 1e-6));
+    for (size_t i = 0; i < cpu.size(); ++i) EXPECT_TRUE(close(cpu[i], interp[i], 1e-6)) << "output " << i;
+  }
 }
 
 TEST_P(CpuGemmBuilds, SmallProductsComputedDirectly) {

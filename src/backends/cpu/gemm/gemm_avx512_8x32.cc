@@ -1,6 +1,7 @@
 // The blocked GEMM built for AVX-512, 8 x 32 tiles with KC 256, with the flags CMakeLists.txt
 // gives this file. The anonymous namespace keeps each build's code its own.
 #if defined(__x86_64__)
+#include <immintrin.h>
 #include <stdint.h>
 
 #include "backends/cpu/gemm/gemm_dispatch.h"
