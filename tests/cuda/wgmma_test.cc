@@ -29,10 +29,14 @@ TEST(CudaWgmma, DotOrientations) {
     }
 }
 
+// The K loop on wgmma, against the interpreter; its bf16 output leaves the accumulators as 4-byte
+// words (each thread's two adjacent columns), not element by element.
 TEST(CudaWgmma, MatmulKLoop) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;
+  GeneratedSources sources("matmul-k-loop-test");
   for (int64_t bn : {128, 256}) {
+    sources.clear();
     int64_t m = 256, n = 512, k = 320, bm = 128, bk = 64;  // (not const: captured as values)
     auto make = [&](const std::string& be) {
       auto kernel = [k, bk, bm, bn](pl::Ref x_ref, pl::Ref y_ref, pl::Ref o_ref) {
@@ -48,10 +52,14 @@ TEST(CudaWgmma, MatmulKLoop) {
                                            pl::BlockSpec({k, bn}, [](pl::Index, pl::Index j) { return pl::idx(0, j); })},
                               .out_specs = {pl::BlockSpec({bm, bn}, [](pl::Index i, pl::Index j) { return pl::idx(i, j); })},
                               .name = "wgmma_matmul",
+                              .debug = be == "cuda",
                               .backend = be,
                               .compiler_params = {.num_warps = 8}});
     };
     expect_cuda_matches(make, {normal(3, {m, k}, bf16), normal(4, {k, n}, bf16)}, 1e-2);
+    const std::string source = sources.source("wgmma_matmul");
+    ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
+    EXPECT_NE(source.find("*(unsigned*)(pl_ref2 + "), std::string::npos) << "output stored element by element";
   }
 }
 

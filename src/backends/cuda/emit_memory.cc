@@ -143,7 +143,13 @@ bool Emitter::emit_vector_memory(const ir::Inst& in, const Layout& l, ir::ValueI
     const char* env = std::getenv("PALLADIUM_CUDA_VECTOR_ACCESS");
     return !(env && std::string(env) == "0");
   }();
-  if (!enabled || l.kind != LayoutKind::Strided || l.vec < 2 || l.replicated || (in.i1 & ir::kGather)) return false;
+  // Strided tiles access l.vec consecutive elements per group; an mma accumulator's slots s and
+  // s + 1 (s even) are the two adjacent columns of one row (pl_L*_col), so its groups are pairs:
+  // a bf16 output written as 4-byte words, a float32 one as 8-byte ones.
+  const bool mma_pairs = l.kind == LayoutKind::Mma;
+  const int64_t group = mma_pairs ? 2 : l.vec;
+  if (!enabled || (l.kind != LayoutKind::Strided && !mma_pairs) || group < 2 || l.replicated || (in.i1 & ir::kGather))
+    return false;
   // Not inside loops: the branch between the wide and the element-wise access keeps the compiler
   // from issuing a later iteration's loads early, and a sequential loop (a scan's time steps) then
   // waits a full memory latency per step (the jitted IndRNN scan on an H100: 0.106 -> 0.255 ms).
@@ -167,9 +173,9 @@ bool Emitter::emit_vector_memory(const ir::Inst& in, const Layout& l, ir::ValueI
   if (value_dims != l.shape.size() || last_array_dim + 1 != p.array_shape.size() || last_stride != 1) return false;
   const DType t = p.dtype;
   const int64_t size = static_cast<int64_t>(itemsize(t));
-  const int k = static_cast<int>(std::min<int64_t>(l.vec, 16 / size));  // elements per access
+  const int k = static_cast<int>(std::min<int64_t>(group, 16 / size));  // elements per access
   const int64_t bytes = size * k;
-  if (bytes < 4 || l.vec % k != 0) return false;
+  if (bytes < 4 || group % k != 0) return false;
   const std::string vt = bytes == 16 ? "uint4" : bytes == 8 ? "uint2" : "unsigned";
   const std::string mt = mem_type(t);
   const std::string ptr = "pl_ref" + std::to_string(in.i0);
