@@ -3,6 +3,8 @@
 // many programs at once.
 #include <numeric>
 
+#include "backends/cpu/codegen.h"
+#include "core/grid_mapping.h"
 #include "tests/cpu/cpu_test_util.h"
 
 namespace palladium::cpu_test {
@@ -134,6 +136,28 @@ TEST(CpuMemory, LargeOutputsAreStreamedCorrectly) {
   int64_t bad = 0;
   for (int64_t i = 0; i < n; ++i) bad += o[i] != static_cast<float>(i) * 2.0f + 1.0f;
   EXPECT_EQ(bad, 0);
+}
+
+TEST(CpuMemory, ElementwiseResultsAreComputedIntoTheirStore) {
+  // A fused elementwise result whose only use is its store is computed where it is stored, straight
+  // into the output (no block-sized stack array), on the last block's part inside the array only.
+  // 2-D blocks of 8 x 96 over 21 x 250 (both dimensions overhang), a bfloat16 output.
+  Random rng;
+  pl::Array x = rng.normal({21, 250}), y = rng.normal({21, 250});
+  auto kernel = [](Ref x_ref, Ref y_ref, Ref o_ref) {
+    o_ref[pl::all] = (jnp::exp(x_ref[pl::all]) * 0.5f + y_ref[pl::all]).astype(pl::bf16);
+  };
+  const pl::CallOptions o{.grid = {3, 3}, .in_specs = {block2(8, 96), block2(8, 96)}, .out_specs = {block2(8, 96)},
+                          .name = "fused_store"};
+  auto [cpu, interp] = run_both(kernel, {pl::ShapeDtype({21, 250}, pl::bf16)}, o, {x, y});
+  EXPECT_TRUE(close(cpu[0], interp[0], 1e-2));  // bf16 rounding of values within 2 ulps in float32
+  auto call = pl::pallas_call(kernel, pl::ShapeDtype({21, 250}, pl::bf16), o);
+  const detail::InputTypes in{pl::ShapeDtype({21, 250}, pl::f32), pl::ShapeDtype({21, 250}, pl::f32)};
+  const ir::Kernel traced = detail::trace_kernel(*call.impl(), detail::describe(*call.impl(), in));
+  const palladium::cpu::GeneratedKernel generated = palladium::cpu::generate(traced);
+  EXPECT_EQ(generated.source.find("pl_cpu::store_row("), std::string::npos) << generated.source;
+  EXPECT_NE(generated.source.find("] = pl_cpu::to_storage<pl_cpu::BFloat16>(t"), std::string::npos) << generated.source;
+  EXPECT_LT(generated.frame_bytes, 3 * 8 * 96 * 4) << "a stack array for the stored value";
 }
 
 TEST(CpuMemory, AtomicsFromManyPrograms) {

@@ -176,7 +176,6 @@ void Emitter::emit_scalar_op(const ir::Inst& in) {
 void Emitter::emit_group(const FusionGroup& g) {
   const Shape& shape = g.shape;
   const size_t rank = shape.size();
-  const size_t group = group_of_.at(g.members.front());
   for (const ir::Inst* m : g.members) {
     const ir::ValueId r = m->results[0];
     if (kind(r) != ValueKind::Tile) continue;
@@ -201,6 +200,12 @@ void Emitter::emit_group(const FusionGroup& g) {
     }
     line("const int64_t i = " + flat + ";");
   }
+  emit_group_body(g, true);
+  for (size_t d = 0; d < (g.needs_indices ? rank : 1); ++d) close();
+}
+
+void Emitter::emit_group_body(const FusionGroup& g, bool materialize) {
+  const size_t group = group_of_.at(g.members.front());
   auto operand = [&](ir::ValueId u) -> std::string {
     const ir::Inst* d = def_[static_cast<size_t>(u)];
     if (d) {
@@ -236,9 +241,8 @@ void Emitter::emit_group(const FusionGroup& g) {
       expr = elementwise_expr(*m, args);
     }
     line(std::string("const ") + compute_type(rt) + " " + temp(r) + " = " + expr + ";");
-    if (kind(r) == ValueKind::Tile) line(name(r) + "[i] = " + temp(r) + ";");
+    if (materialize && kind(r) == ValueKind::Tile) line(name(r) + "[i] = " + temp(r) + ";");
   }
-  for (size_t d = 0; d < (g.needs_indices ? rank : 1); ++d) close();
 }
 
 }  // namespace palladium::cpu

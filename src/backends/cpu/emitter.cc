@@ -2,6 +2,8 @@
 // from refs, dots computed at their consumer) and the translation unit around the kernel body.
 #include "backends/cpu/emitter.h"
 
+#include <cstdlib>
+
 #include <algorithm>
 
 namespace palladium::cpu {
@@ -89,6 +91,7 @@ void Emitter::plan_groups(const ir::Region& r) {
         current.needs_indices = true;
     }
     plan_in_place_yields(r, current, g);
+    plan_fused_store(r, current, g);
     groups_.push_back(std::move(current));
     current = FusionGroup{};
   };
@@ -104,6 +107,46 @@ void Emitter::plan_groups(const ir::Region& r) {
     current.members.push_back(&in);
   }
   finish();
+}
+
+// A group whose one materialized value is only stored, unmasked, by a store later in the same
+// region with nothing but scalar work between them, is computed at that store, straight into the
+// output (emit_fused_rows): no block-sized stack array and no second pass copying it out.
+void Emitter::plan_fused_store(const ir::Region& r, const FusionGroup& group, size_t g) {
+  // PALLADIUM_CPU_FUSED_STORE=0 keeps the value in its own array (for comparisons).
+  if (const char* env = std::getenv("PALLADIUM_CPU_FUSED_STORE"); env && std::string(env) == "0") return;
+  if (group.needs_indices) return;
+  ir::ValueId result = -1;
+  for (const ir::Inst* m : group.members) {
+    const ir::ValueId v = m->results[0];
+    if (kind(v) != ValueKind::Tile) continue;
+    if (result >= 0 || in_place_.count(v)) return;
+    result = v;
+  }
+  if (result < 0 || users(result).size() != 1) return;
+  const ir::Inst* store = users(result)[0];
+  if (store->op != ir::Op::Store || parent_.at(store) != &r || store->operands[store->index.size()] != result ||
+      (store->i1 & (ir::kHasMask | ir::kGather)))
+    return;
+  bool between = false;
+  for (const ir::Inst& in : r.body) {
+    if (&in == store) {
+      fused_store_[store] = g;
+      deferred_groups_.insert(g);
+      return;
+    }
+    if (&in == group.members.back()) {
+      between = true;
+      continue;
+    }
+    if (!between || !live(in)) continue;
+    // Scalar work only (the store's indices): nothing that reads or writes memory or a tile.
+    if (!in.regions.empty() || ir::op_family(in.op) == ir::Family::Memory || ir::op_family(in.op) == ir::Family::Control ||
+        ir::op_family(in.op) == ir::Family::Dot)
+      return;
+    for (ir::ValueId v : in.results)
+      if (!type(v).shape.empty()) return;
+  }
 }
 
 // A group result yielded as carry k of a loop can be computed straight into the carry's storage
@@ -188,7 +231,7 @@ void Emitter::emit_region(const ir::Region& r) {
     if (in.op == ir::Op::Yield) return;
     if (!live(in)) continue;
     if (auto g = group_of_.find(&in); g != group_of_.end()) {
-      if (groups_[g->second].members.front() == &in) emit_group(groups_[g->second]);
+      if (groups_[g->second].members.front() == &in && !deferred_groups_.count(g->second)) emit_group(groups_[g->second]);
       continue;
     }
     emit_inst(in);

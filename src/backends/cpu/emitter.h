@@ -60,6 +60,7 @@ class Emitter {
   void plan_dot(const ir::Inst& dot, const ir::Region& region);
   void plan_groups(const ir::Region& r);
   void plan_in_place_yields(const ir::Region& r, const FusionGroup& group, size_t g);
+  void plan_fused_store(const ir::Region& r, const FusionGroup& group, size_t g);
   bool is_fusable(const ir::Inst& in) const;
   bool live(const ir::Inst& in) const { return live_.count(&in) != 0; }
   const std::vector<const ir::Inst*>& users(ir::ValueId v) const { return users_[static_cast<size_t>(v)]; }
@@ -89,6 +90,8 @@ class Emitter {
   std::string cast_expr(DType from, DType to, const std::string& x) const;
   void emit_scalar_op(const ir::Inst& in);
   void emit_group(const FusionGroup& g);
+  // The group's member expressions for element i (tN); materialize also stores its Tile values.
+  void emit_group_body(const FusionGroup& g, bool materialize);
 
   // ---- layout, reductions, scans (emit_layout.cc) ----
   void emit_reshape(const ir::Inst& in);
@@ -109,6 +112,7 @@ class Emitter {
                                         const std::string& hi)>;
   Access plan_access(const ir::Inst& in);
   void emit_rows(const Access& a, const RowEmitter& row);
+  void emit_fused_rows(const ir::Inst& store, const Access& a, const FusionGroup& g);
   void emit_load(const ir::Inst& in);
   // A load from an input ref whose every user is an elementwise loop: read in place (see emit_load).
   bool reads_in_place(const ir::Inst& load) const;
@@ -149,6 +153,8 @@ class Emitter {
   std::vector<FusionGroup> groups_;
   std::map<const ir::Inst*, size_t> group_of_;  // first member -> group; other members -> group too
   std::map<const ir::Inst*, const ir::Inst*> deferred_dot_;  // store/add -> the dot it computes
+  std::map<const ir::Inst*, size_t> fused_store_;            // store -> the group it computes (plan_fused_store)
+  std::set<size_t> deferred_groups_;                         // groups emitted at their store
   // Values computed straight into a loop carry's storage (value -> the body argument naming it):
   // `acc + dot` adds and fused-loop results (see plan_dot, plan_in_place_yields).
   std::map<ir::ValueId, ir::ValueId> in_place_;
