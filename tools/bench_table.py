@@ -25,9 +25,9 @@ COPY = ("d2d copy f32", "add f32")
 # cuda_bench: ROW work shape system ms rate (padded columns, a long field may touch the next).
 BENCH_ROW = re.compile(r"^ROW (add f32|d2d copy f32|matmul bf16|attn fwd\+bwd|attn fwd|indrnn f32)\s+"
                        r"(b\d+ s\d+ h\d+ d\d+ c\d|\d+\^3|2\^28(?: block \d+)?|T1000 F1024)\s+"
-                       r"(palladium.*?|cuBLASLt \(same binary\)|cuMemcpyDtoDAsync)\s+([\d.]+) ms")
+                       r"(palladium.*?|cuBLASLt \(same binary\)|cuMemcpyDtoDAsync)\s+([\d.]+) ms\s*([\d.]+)?")
 PEER_ROW = re.compile(r"^ROW (.+?)\s+(attn fwd|attn bwd\(\+fwd\)|matmul bf16|add f32|d2d copy f32|indrnn T1000)\s+"
-                      r"(\S+(?: \S+)*?)\s+([\d.]+) ms")
+                      r"(\S+(?: \S+)*?)\s+([\d.]+) ms\s*([\d.]+)?")
 
 
 def case_of(work, shape):
@@ -39,36 +39,36 @@ def case_of(work, shape):
     return shape.split(" blk")[0].split(" block")[0]
 
 
-def read(paths):
-    best = {}   # (work, case) -> (ms, system) of Palladium's fastest row
-    peers = {}  # (work, case, system) -> ms
+def rows(paths):
+    """Every benchmark row of the logs as (work, case, system, ms, rate): cuda_bench's and the peers',
+    work named as cuda_bench names it, rate the TFLOP/s or GB/s printed after the time (or None)."""
     for path in paths:
         with open(path, errors="replace") as f:
             for line in f:
                 line = line.rstrip("\n")
                 m = BENCH_ROW.match(line)
                 if m:
-                    work, shape, system, ms = m.group(1), m.group(2), m.group(3), float(m.group(4))
-                    if work == COPY[0]:
-                        work = COPY[1]
-                    case = case_of(work, shape)
-                    if system.startswith("palladium"):
-                        if "checked" in system:
-                            continue
-                        if (work, case) not in best or ms < best[(work, case)][0]:
-                            best[(work, case)] = (ms, system)
-                    else:
-                        peers[(work, case, system)] = ms
-                    continue
-                m = PEER_ROW.match(line)
-                if m:
-                    system, work, shape, ms = m.group(1).strip(), m.group(2), m.group(3), float(m.group(4))
+                    work, shape, system = m.group(1), m.group(2), m.group(3)
+                    work = COPY[1] if work == COPY[0] else work
+                else:
+                    m = PEER_ROW.match(line)
+                    if not m:
+                        continue
+                    system, work, shape = m.group(1).strip(), m.group(2), m.group(3)
                     work = WORK_OF_PEER.get(work, work)
-                    if work == "indrnn f32":
-                        shape = "T1000 F1024"
-                    case = case_of(work, shape)
-                    key = (work, case, system)
-                    peers[key] = min(ms, peers.get(key, ms))  # a peer's best block, as ours
+                rate = float(m.group(5)) if m.group(5) else None
+                yield work, case_of(work, shape), system, float(m.group(4)), rate
+
+
+def read(paths):
+    best = {}   # (work, case) -> (ms, system) of Palladium's fastest row
+    peers = {}  # (work, case, system) -> ms, a peer's best block as ours
+    for work, case, system, ms, _ in rows(paths):
+        if system.startswith("palladium"):
+            if "checked" not in system and ((work, case) not in best or ms < best[(work, case)][0]):
+                best[(work, case)] = (ms, system)
+        else:
+            peers[(work, case, system)] = min(ms, peers.get((work, case, system), ms))
     return best, peers
 
 

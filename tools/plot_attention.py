@@ -11,34 +11,25 @@ logs hold both of its rows. Per case
 forward, Palladium's forward+backward (the default blocks, forward 128 / backward 64) and cuDNN's,
 in TFLOP/s, with Palladium's ratio to cuDNN above its bars. Standard library only.
 """
-import re
 import sys
 
-PALLADIUM = re.compile(r"^ROW (attn fwd\+bwd|attn fwd)\s+(b\d+ s\d+ h\d+ d\d+ c\d)\s+palladium (.+?)\s+[\d.]+ ms ([\d.]+) TFLOP/s")
-TORCH = re.compile(r"^ROW torch sdpa (\w+)\s+(attn fwd|attn bwd\(\+fwd\))\s+(b\d+ s\d+ h\d+ d\d+ c\d)\s+[\d.]+ ms\s+([\d.]+) TFLOP/s")
-DEFAULT_BACKWARD = "mha_vjp f128 b64"
+import bench_table  # the ROW parser (tools/, beside this script)
+
+DEFAULT_BACKWARD = "palladium mha_vjp f128 b64"
 
 
 def read(paths):
-    fwd_best, rows = {}, {}  # case -> best Palladium forward; (case, series) -> TFLOP/s
-    for path in paths:
-        with open(path) as f:
-            for line in f:
-                m = PALLADIUM.match(line)
-                if m:
-                    work, case, system, rate = m.group(1), m.group(2), m.group(3), float(m.group(4))
-                    if work == "attn fwd":
-                        fwd_best[case] = max(fwd_best.get(case, 0.0), rate)
-                    elif system == DEFAULT_BACKWARD:
-                        rows[(case, "palladium fwd+bwd")] = rate
-                    continue
-                m = TORCH.match(line)
-                if m and m.group(1) == "cudnn":
-                    series = "cudnn fwd" if m.group(2) == "attn fwd" else "cudnn fwd+bwd"
-                    rows[(m.group(3), series)] = float(m.group(4))
+    fwd_best, out = {}, {}  # case -> best Palladium forward; (case, series) -> TFLOP/s
+    for work, case, system, _, rate in bench_table.rows(paths):
+        if work == "attn fwd" and system.startswith("palladium"):
+            fwd_best[case] = max(fwd_best.get(case, 0.0), rate)
+        elif work == "attn fwd+bwd" and system == DEFAULT_BACKWARD:
+            out[(case, "palladium fwd+bwd")] = rate
+        elif work in ("attn fwd", "attn fwd+bwd") and system == "torch sdpa cudnn":
+            out[(case, "cudnn fwd" if work == "attn fwd" else "cudnn fwd+bwd")] = rate
     for case, rate in fwd_best.items():
-        rows[(case, "palladium fwd")] = rate
-    return rows
+        out[(case, "palladium fwd")] = rate
+    return out
 
 
 def label(case):

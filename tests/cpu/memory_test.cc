@@ -158,6 +158,16 @@ TEST(CpuMemory, ElementwiseResultsAreComputedIntoTheirStore) {
   EXPECT_EQ(generated.source.find("pl_cpu::store_row("), std::string::npos) << generated.source;
   EXPECT_NE(generated.source.find("] = pl_cpu::to_storage<pl_cpu::BFloat16>(t"), std::string::npos) << generated.source;
   EXPECT_LT(generated.frame_bytes, 3 * 8 * 96 * 4) << "a stack array for the stored value";
+  // Stores with a column stride of 2 keep the group's own loop and the plain store.
+  auto strided = [](Ref x_ref, Ref o_ref) {
+    o_ref[pl::idx(pl::slice(), pl::ds(0, 48, 2))] = pl::load(x_ref, pl::idx(pl::slice(), pl::ds(1, 48, 2))) + 1.0f;
+    o_ref[pl::idx(pl::slice(), pl::ds(1, 48, 2))] = pl::load(x_ref, pl::idx(pl::slice(), pl::ds(0, 48, 2))) * 2.0f;
+  };
+  auto [cpu_s, interp_s] = run_both(strided, {pl::ShapeDtype({21, 250}, pl::f32)},
+                                    {.grid = {3, 3}, .in_specs = {block2(8, 96)}, .out_specs = {block2(8, 96)},
+                                     .name = "fused_store_strided"},
+                                    {x});
+  EXPECT_TRUE(same(cpu_s[0], interp_s[0]));
 }
 
 TEST(CpuMemory, AtomicsFromManyPrograms) {
