@@ -73,7 +73,7 @@ for part in "${parts[@]}"; do
       export PALLADIUM_BACKEND=cuda PALLADIUM_REQUIRE_GPU=1
       stage test_cuda ${PL_T_CUDA:-150} "$BIN/test_cuda" --gtest_brief=1
       stage test_kernels ${PL_T_KERNELS:-100} "$BIN/test_kernels" --gtest_brief=1
-      stage test_ops ${PL_T_OPS:-50} "$BIN/test_ops" --gtest_brief=1
+      stage test_ops ${PL_T_OPS:-120} "$BIN/test_ops" --gtest_brief=1
       stage test_core 20 "$BIN/test_core" --gtest_brief=1
       for e in quickstart attention indrnn; do
         [ -x "$BIN/$e" ] && stage "example_$e" 25 "$BIN/$e"
@@ -121,14 +121,14 @@ for part in "${parts[@]}"; do
       # On the GPU machine a test that would skip for want of the GPU fails instead.
       export PALLADIUM_BACKEND=cuda PALLADIUM_REQUIRE_GPU=1
       stage test_cuda ${PL_T_CUDA:-150} "$BIN/test_cuda" --gtest_brief=1
-      stage test_ops ${PL_T_OPS:-50} "$BIN/test_ops" --gtest_brief=1
+      stage test_ops ${PL_T_OPS:-120} "$BIN/test_ops" --gtest_brief=1
       unset PALLADIUM_BACKEND
       ;;
     sanitize)
       # Each tool over the attention and matmul tests; any report fails the stage
       # (--error-exitcode). The tests compare against float64 as usual, so a wrong result fails too.
       export PALLADIUM_BACKEND=cuda PALLADIUM_REQUIRE_GPU=1 PATH=/usr/local/cuda/bin:$PATH
-      filter='CudaWgmma.*Attention*:CudaWgmma.*Matmul*:CudaDot.Attention*:CudaDot.*Matmul*'
+      filter='CudaTma.*:CudaWgmma.*Attention*:CudaWgmma.*Matmul*:CudaDot.Attention*:CudaDot.*Matmul*'
       for tool in memcheck racecheck synccheck; do
         stage "sanitize_$tool" ${PL_T_SANITIZE:-150} compute-sanitizer --tool "$tool" --error-exitcode 1 \
           "$BIN/test_cuda" --gtest_brief=1 --gtest_filter="$filter"

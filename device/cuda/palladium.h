@@ -7,4 +7,5 @@
 #include "cuda/pl_atomics.h"
 #include "cuda/pl_mma.h"
 #include "cuda/pl_wgmma.h"
+#include "cuda/pl_tma.h"
 #include "cuda/pl_checks.h"

@@ -65,7 +65,7 @@ TEST(CudaWgmma, MatmulKLoop) {
 
 // JAX's Pallas matmul form, a 3-D grid whose last axis is `arbitrary` and accumulates the output
 // block, becomes the K loop above (backends/common/chain_loops.h): its source has the wgmma loop
-// with cp.async prefetches and no loop over programs. So does the scratch-accumulator form; both
+// with prefetches (through the TMA) and no loop over programs. So does the scratch-accumulator form; both
 // match the interpreter.
 TEST(CudaWgmma, GridKMatmulCompilesAsAPipelinedKLoop) {
   PL_REQUIRE_NVRTC();
@@ -107,7 +107,7 @@ TEST(CudaWgmma, GridKMatmulCompilesAsAPipelinedKLoop) {
     expect_cuda_matches(make, {x, y}, scratch ? 1e-2 : 1e-5);
     const std::string source = sources.source(scratch ? "grid_k_scratch" : "grid_k");
     ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
-    EXPECT_NE(source.find("pl_cp_async16("), std::string::npos);  // prefetched operand tiles
+    EXPECT_NE(source.find("pl_tma_load_2d("), std::string::npos);  // prefetched operand tiles (emit_tma.cc)
     EXPECT_NE(source.find("pl_wgmma_"), std::string::npos);
     EXPECT_EQ(source.find("pl_step"), std::string::npos);  // no loop over programs
   }

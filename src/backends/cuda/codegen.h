@@ -15,6 +15,7 @@ struct Target {
   int sm = 90;                        // compute capability major*10 + minor
   bool arch_specific = true;          // sm_90a rather than sm_90 (wgmma-class features)
   int64_t max_shared_bytes = 227 * 1024;  // opt-in dynamic shared memory per block
+  bool tma = true;                    // the driver encodes tensor maps (cuTensorMapEncodeTiled)
   std::string arch_flag() const;      // "sm_90a"
 };
 // The target of a device of this compute capability (shared-memory limit from its generation).
@@ -30,6 +31,16 @@ struct DebugPrintInfo {
 };
 inline constexpr int64_t kDebugRecordHeader = 16;
 
+// A tensor map the kernel takes as a __grid_constant__ parameter (after all others, in order): the
+// host encodes it at each launch for the ref's device pointer (tensor_map.h). Dimensions innermost
+// first; strides in bytes for dimensions 1 and up; the box is the 64-column block of a swizzled
+// home (128-byte swizzle).
+struct TensorMapSpec {
+  int ref = 0;
+  DType dtype = DType::bfloat16;
+  std::vector<int64_t> dims, byte_strides, box;
+};
+
 struct GeneratedKernel {
   std::string source;                 // CUDA C++ for NVRTC
   std::string entry;                  // the __global__ function's name
@@ -40,6 +51,7 @@ struct GeneratedKernel {
   std::vector<DebugPrintInfo> prints; // non-empty: the kernel takes a debug buffer parameter
   std::vector<backend::AccessSite> access_sites;  // checked runs: the kernel takes a check record parameter
   bool checked = false;
+  std::vector<TensorMapSpec> tensor_maps;  // TMA-loaded tiles (emit_tma.cc)
 };
 
 // Throws Error naming the op for anything the backend cannot lower.

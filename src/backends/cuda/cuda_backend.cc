@@ -23,6 +23,7 @@
 #include "backends/cuda/codegen.h"
 #include "backends/cuda/device_runtime.h"
 #include "backends/cuda/launch_graph.h"
+#include "backends/cuda/tensor_map.h"
 #include "backends/cuda/nvrtc_compiler.h"
 #include "backends/cuda/stream.h"
 #include "backends/interp/interpreter.h"
@@ -49,6 +50,7 @@ struct DeviceKernel {
   std::vector<DebugPrintInfo> prints;
   std::vector<backend::AccessSite> access_sites;
   bool checked = false;
+  std::vector<TensorMapSpec> tensor_maps;
 };
 
 struct ModuleCache {
@@ -196,6 +198,7 @@ class CudaExecutable final : public backend::Executable {
     const DeviceInfo& dev = device(ordinal);
     Target target = target_for(dev.cc_major, dev.cc_minor);
     if (dev.max_shared_optin > 0) target.max_shared_bytes = dev.max_shared_optin;
+    target.tma = driver()->cuTensorMapEncodeTiled != nullptr;
     GeneratedKernel g = generate_cuda(kernel_, options_.params, target);
     const std::string source_key = backend::hash_hex(target.arch_flag() + "\n" + g.source);
     std::shared_ptr<LoadedKernel> lk;
@@ -233,6 +236,7 @@ class CudaExecutable final : public backend::Executable {
     dk->prints = g.prints;
     dk->access_sites = g.access_sites;
     dk->checked = g.checked;
+    dk->tensor_maps = g.tensor_maps;
     per_device_[ordinal] = dk;
     return dk;
   }
@@ -311,6 +315,22 @@ class CudaExecutable final : public backend::Executable {
       }
     }
 
+    // The TMA's tensor maps, for this launch's pointers. An input at an address the TMA cannot
+    // take (a view 2 bytes into its buffer, say) is read from an aligned copy.
+    std::vector<TensorMapBytes> maps;
+    for (const TensorMapSpec& spec : dk->tensor_maps) {
+      CUdeviceptr& p = ptrs.at(static_cast<size_t>(spec.ref));
+      if (!tensor_map_address_ok(p)) {
+        mark_unusable("pallas_call '" + kernel_.name + "' copies a misaligned input for the TMA");
+        const size_t bytes = static_cast<size_t>(numel(kernel_.refs[static_cast<size_t>(spec.ref)].array_shape)) * 2;
+        const CUdeviceptr aligned = temp(bytes);
+        make_current(ordinal);
+        check_driver(d.cuMemcpyDtoDAsync(aligned, p, bytes, stream.handle), what() + ": aligning an input for the TMA");
+        p = aligned;
+      }
+      maps.push_back(encode_tensor_map(spec, p, what()));
+    }
+
     const int64_t programs = dk->num_programs;
     uint64_t debug_header[2] = {0, 16u << 20};  // bytes used, capacity; alive until the stream is synchronized
     CUdeviceptr debug_buffer = 0, check_record = 0;
@@ -346,6 +366,7 @@ class CudaExecutable final : public backend::Executable {
         check_driver(d.cuMemsetD8Async(check_record, 0, kCheckRecordBytes, stream.handle), what() + ": clearing the check record");
         args.push_back(&check_record);
       }
+      for (TensorMapBytes& m : maps) args.push_back(&m);
       const DeviceInfo& info = device(ordinal);
       const int64_t max_x = info.max_grid_x > 0 ? info.max_grid_x : 2147483647;
       const int64_t gx = std::min<int64_t>(programs, max_x);
@@ -371,6 +392,8 @@ class CudaExecutable final : public backend::Executable {
                            static_cast<unsigned>(dk->threads), static_cast<unsigned>(dk->shared_bytes), {}, ptrs.size()};
         rec.args.assign(ptrs.begin(), ptrs.end());
         rec.args.insert(rec.args.end(), {scratch, stride, flags, static_cast<uint64_t>(static_cast<uint32_t>(slots))});
+        rec.tensor_maps = dk->tensor_maps;
+        rec.map_values = maps;
         record_launch(std::move(rec), stream);
       }
       if (lt.on) {

@@ -97,7 +97,7 @@ void Emitter::emit_pipeline_prologue(const PipelinedLoop& p) {
   const std::string lo = name(loop.operands[0]) + "[0]", hi = name(loop.operands[1]) + "[0]";
   declare(p.first_dot->results[0]);
   open("if (" + lo + " < " + hi + ")");
-  emit_prefetch_wait(loop);
+  emit_prefetch_wait(loop, lo);
   emit_first_dot_issue(p, lo);
   line("pl_wgmma_commit();");
   line("pl_wgmma_wait<0>();");
@@ -125,7 +125,7 @@ void Emitter::emit_pipeline_next_issue(const PipelinedLoop& p) {
   if (!p.first_dot) return;
   const ir::Region& body = p.loop->regions[0];
   const std::string i = name(body.args[0]) + "[0]", hi = name(p.loop->operands[1]) + "[0]";
-  emit_prefetch_wait(*p.loop);
+  emit_prefetch_wait(*p.loop, i + " + 1");
   open("if (" + i + " + 1 < " + hi + ")");
   emit_first_dot_issue(p, i + " + 1");
   close();

@@ -77,6 +77,9 @@ LoadedDriver load_driver() {
   bind(lib, a.cuGraphExecDestroy, {"cuGraphExecDestroy"}, no_graphs);
   bind(lib, a.cuGraphDestroy, {"cuGraphDestroy"}, no_graphs);
   a.has_graphs = no_graphs.empty();
+  std::string no_tensor_maps;
+  bind(lib, a.cuTensorMapEncodeTiled, {"cuTensorMapEncodeTiled"}, no_tensor_maps);
+  if (!no_tensor_maps.empty()) a.cuTensorMapEncodeTiled = nullptr;
   if (CUresult r = a.cuInit(0); r != 0) {
     out.why = "cuInit failed: " + std::to_string(r) + " (no usable NVIDIA GPU)";
     return out;

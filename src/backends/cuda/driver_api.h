@@ -97,6 +97,11 @@ struct DriverApi {
   CUresult (*cuGraphExecDestroy)(CUgraphExec);
   CUresult (*cuGraphDestroy)(CUgraph);
   bool has_graphs = false;
+  // Tensor maps for the TMA (optional: without it kernels copy their tiles with cp.async).
+  // (map, data type, rank, address, dims, byte strides, box, element strides, interleave, swizzle,
+  // L2 promotion, out-of-bounds fill); the enums are the driver's CUtensorMap* values.
+  CUresult (*cuTensorMapEncodeTiled)(void*, int, unsigned, void*, const uint64_t*, const uint64_t*, const unsigned*,
+                                     const unsigned*, int, int, int, int);
 };
 
 using nvrtcResult = int;

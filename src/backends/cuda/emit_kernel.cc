@@ -411,7 +411,8 @@ GeneratedKernel Emitter::run() {
   g.entry = "pl_" + sanitize(k_.name);
   g.threads = threads_;
   g.num_programs = k_.parallel_programs();  // thread blocks: one per point of the parallel axes
-  g.shared_bytes = smem_homes_bytes_ + smem_stage_bytes_;
+  const int64_t barriers_at = (smem_homes_bytes_ + smem_stage_bytes_ + 7) / 8 * 8;
+  g.shared_bytes = tma_rings_.empty() ? smem_homes_bytes_ + smem_stage_bytes_ : barriers_at + tma_barrier_bytes();
   g.scratch_bytes = global_stage_offset_ + global_stage_bytes_;
 
   std::ostringstream src;
@@ -478,7 +479,7 @@ GeneratedKernel Emitter::run() {
       << "unsigned char* pl_scratch_base, unsigned long long pl_scratch_stride, unsigned* pl_slot_flags, "
          "int pl_num_slots"
       << (debug_prints_.empty() ? "" : ", unsigned char* pl_debug")
-      << (params_.checks ? ", unsigned long long* pl_checks" : "") << ") {\n";
+      << (params_.checks ? ", unsigned long long* pl_checks" : "") << tma_parameters() << ") {\n";
   src << "  extern __shared__ __align__(1024) unsigned char pl_smem[];\n";
   src << "  const long long pl_block = (long long)blockIdx.x + (long long)blockIdx.y * gridDim.x;\n";
   src << "  if (pl_block >= " << g.num_programs << "ll) return;\n";
@@ -511,6 +512,7 @@ GeneratedKernel Emitter::run() {
   src << "  unsigned char* pl_stage_s = pl_smem + " << smem_homes_bytes_ << ";\n";
   src << "  unsigned char* pl_stage_g = pl_scratch + " << global_stage_offset_ << ";\n";
   src << "  (void)pl_stage_s; (void)pl_stage_g; (void)pl_scratch_stride; (void)pl_slot_flags;\n";
+  src << tma_kernel_setup(barriers_at);
   if (!debug_prints_.empty()) src << "  unsigned pl_debug_seq = 0;\n";
   if (k_.any_sequential()) {
     // One program per step; the barrier orders each step's global and shared memory accesses
@@ -540,6 +542,7 @@ GeneratedKernel Emitter::run() {
   g.prints = debug_prints_;
   g.access_sites = access_sites_;
   g.checked = params_.checks;
+  g.tensor_maps = tensor_maps_;
   return g;
 }
 

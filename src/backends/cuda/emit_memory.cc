@@ -338,7 +338,8 @@ void Emitter::emit_prefetch_issue(const ir::Inst& in, const std::string& index, 
       renamed.push_back(r);
     }
   for (const ir::Inst* d : p.slice) emit_inst_body(*d);
-  emit_home_fill(in, smem_home.at(v), dst);
+  if (tma_loads_.count(v)) emit_tma_issue(in, dst);
+  else emit_home_fill(in, smem_home.at(v), dst);
   for (ir::ValueId r : renamed) name_override_.erase(r);
   close();
 }
@@ -364,18 +365,59 @@ void Emitter::emit_prefetch_round(const ir::Inst& loop, const std::string& var, 
   open("");
   line("const " + reg_type(type(loop.regions[0].args[0]).dtype) + " " + var + " = " + iteration + ";");
   open("if (" + var + " < " + hi + ")");
+  const TmaRing* ring = tma_ring(loop);
+  if (ring) {  // the arrival with the round's byte count goes before its copies
+    line("unsigned long long* const pl_bar = &pl_full" + std::to_string(ring->index) + "[(" + var + " - " + lo + ") % " +
+         std::to_string(stages_) + "];");
+    line("if (pl_tid() == 0) pl_mbar_expect_tx(pl_bar, " + std::to_string(ring->bytes) + "u);");
+  }
   for (const ir::Inst* in : prefetched_loads(loop)) emit_prefetch_issue(*in, var, home_buffer(in->results[0], var, lo));
   close();
   close();
-  line("pl_cp_async_commit();");
+  if (!ring || ring->cp_async) line("pl_cp_async_commit();");
 }
 
-// The rounds are committed in iteration order, so at most distance - 1 younger ones may stay in
-// flight.
-void Emitter::emit_prefetch_wait(const ir::Inst& loop) {
-  line("pl_cp_async_wait<" + std::to_string(prefetch_distance(loop) - 1) + ">();");
-  if (!wgmma_dots_.empty()) line("pl_fence_proxy_async();");  // cp.async writes -> tensor-core reads
+// The cp.async rounds are committed in iteration order, so at most distance - 1 younger ones may
+// stay in flight; the TMA copies complete on their slot's barrier, in the phase whose parity the
+// slot's bit holds.
+void Emitter::emit_prefetch_wait(const ir::Inst& loop, const std::string& iteration) {
+  const TmaRing* ring = tma_ring(loop);
+  if (!ring || ring->cp_async) line("pl_cp_async_wait<" + std::to_string(prefetch_distance(loop) - 1) + ">();");
+  if (ring) {
+    const std::string r = std::to_string(ring->index), lo = name(loop.operands[0]) + "[0]";
+    open("if (" + iteration + " < " + name(loop.operands[1]) + "[0])");  // past the end no round was issued
+    line("const int pl_s = (int)((" + iteration + " - " + lo + ") % " + std::to_string(stages_) + ");");
+    line("pl_mbar_wait(&pl_full" + r + "[pl_s], (pl_phase" + r + " >> pl_s) & 1u);");
+    line("pl_phase" + r + " ^= 1u << pl_s;");
+    close();
+  }
+  // cp.async writes -> tensor-core reads (the TMA's writes are the async proxy's own)
+  if (!wgmma_dots_.empty() && (!ring || ring->cp_async)) line("pl_fence_proxy_async();");
   barrier();
+}
+
+// One cp.async.bulk.tensor per 64-column block of the tile, at the block's origin (coordinates
+// innermost first; the copy fills with zeros wherever the box leaves the array).
+void Emitter::emit_tma_issue(const ir::Inst& in, const std::string& dst) {
+  touched_shared_ = true;
+  const TmaLoad& t = tma_loads_.at(in.results[0]);
+  const SmemTile& tile = smem_home.at(in.results[0]);
+  const ir::RefParam& p = k_.refs.at(static_cast<size_t>(in.i0));
+  const size_t rank = p.array_shape.size();
+  Address a = address_of(*this, in, [](size_t) { return std::string("0"); });
+  line("// a tile of pl_ref" + std::to_string(in.i0) + " through pl_tmap" + std::to_string(t.map));
+  open("if (pl_tid() == 0)");
+  for (const std::string& l : a.lines) line(l);
+  for (int64_t j = 0; j < tile.cols / 64; ++j) {
+    std::string call = "pl_tma_load_" + std::to_string(rank) + "d((char*)(" + dst + ") + " + std::to_string(j * tile.rows * 128) +
+                       ", &pl_tmap" + std::to_string(t.map);
+    for (size_t i = 0; i < rank; ++i) {
+      const size_t ad = rank - 1 - i;
+      call += ", (int)pl_g" + std::to_string(ad) + (ad == rank - 1 && j > 0 ? " + " + std::to_string(64 * j) : "");
+    }
+    line(call + ", pl_bar);");
+  }
+  close();
 }
 
 // Before a loop: the rounds of its first prefetch_distance() iterations.
@@ -413,7 +455,7 @@ void Emitter::emit_smem_load(const ir::Inst& in, const SmemTile& tile) {
   const std::string i = name(loop.regions[0].args[0]) + "[0]", lo = name(loop.operands[0]) + "[0]";
   if (prefetched_loads(loop).front() == &in) {
     const PipelinedLoop* pipe = pipelined_loop(loop);
-    if (!pipe || !pipe->first_dot) emit_prefetch_wait(loop);
+    if (!pipe || !pipe->first_dot) emit_prefetch_wait(loop, i);
     emit_prefetch_round(loop, "pl_nx", i + " + " + std::to_string(prefetch_distance(loop)));
   }
   line("pl_u16* const " + home_expr(v) + " = " + home_buffer(v, i, lo) + ";");

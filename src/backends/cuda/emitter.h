@@ -208,8 +208,33 @@ class Emitter {
   // the variable `var`) when it is below the loop's end, and one cp.async group (empty past the
   // end, so that every iteration commits one).
   void emit_prefetch_round(const ir::Inst& loop, const std::string& var, const std::string& iteration);
-  // Waits for this iteration's round and makes its tiles visible (to every thread, and to wgmma).
-  void emit_prefetch_wait(const ir::Inst& loop);
+  // Waits for the round of loop index `iteration` (C++ text; rounds are awaited in iteration
+  // order) and makes its tiles visible (to every thread, and to wgmma).
+  void emit_prefetch_wait(const ir::Inst& loop, const std::string& iteration);
+  // TMA (emit_tma.cc): prefetched swizzled homes brought in by the tensor memory accelerator, one
+  // thread issuing each round's copies, which complete on the ring slot's mbarrier.
+  struct TmaLoad {
+    int map = 0;          // index into tensor_maps_ (the kernel parameter pl_tmap<map>)
+    size_t row_dim = 0;   // the array dimension along the tile's rows
+  };
+  struct TmaRing {
+    int index = 0;            // its barriers pl_full<index>[stages_] and phase bits pl_phase<index>
+    int64_t bytes = 0;        // what a round's copies deliver
+    bool cp_async = false;    // the round also has loads copied by cp.async
+  };
+  std::map<ir::ValueId, TmaLoad> tma_loads_;
+  std::map<const ir::Inst*, TmaRing> tma_rings_;  // by loop
+  std::vector<TensorMapSpec> tensor_maps_;
+  void choose_tma();
+  const TmaRing* tma_ring(const ir::Inst& loop) const {
+    auto it = tma_rings_.find(&loop);
+    return it == tma_rings_.end() ? nullptr : &it->second;
+  }
+  // Thread 0's copies of `load`'s tile into `dst`, completing on the barrier `pl_bar` (in scope).
+  void emit_tma_issue(const ir::Inst& load, const std::string& dst);
+  int64_t tma_barrier_bytes() const;     // the rings' barriers, after the exchange area
+  std::string tma_kernel_setup(int64_t offset) const;  // kernel scope: the barriers (at `offset`) and phase bits
+  std::string tma_parameters() const;     // the tensor-map parameters
   void emit_loop_prologue(const ir::Inst& loop);  // issues the first iterations' rounds
   std::vector<const ir::Inst*> prefetched_loads(const ir::Inst& loop) const;
   // The home buffer of a prefetched value for loop index `iteration` (a ring of stages_ buffers).

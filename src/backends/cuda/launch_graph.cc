@@ -52,6 +52,7 @@ LaunchGraph::LaunchGraph(const LaunchRecording& r) : launches_(r.launches), stre
   CUgraphNode previous = nullptr;
   for (size_t i = 0; i < launches_.size(); ++i) {
     for (uint64_t& a : launches_[i].args) params_[i].push_back(&a);
+    for (TensorMapBytes& m : launches_[i].map_values) params_[i].push_back(&m);
     const KernelNodeParams p = node_params(launches_[i], params_[i]);
     CUgraphNode node = nullptr;
     check_driver(d.cuGraphAddKernelNode(&node, graph_, previous ? &previous : nullptr, previous ? 1 : 0, &p),
@@ -78,6 +79,10 @@ void LaunchGraph::replay(const std::vector<Patch>& patches) {
     if (slot != p.value) {
       slot = p.value;
       changed[p.launch] = true;
+      RecordedLaunch& l = launches_[p.launch];
+      for (size_t m = 0; m < l.tensor_maps.size(); ++m)
+        if (static_cast<size_t>(l.tensor_maps[m].ref) == p.arg)
+          l.map_values[m] = encode_tensor_map(l.tensor_maps[m], p.value, "CUDA graph of a jitted program, kernel " + std::to_string(p.launch));
     }
   }
   for (size_t i = 0; i < launches_.size(); ++i) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/cuda/device_runtime.h"
+#include "backends/cuda/tensor_map.h"
 
 namespace palladium::cuda {
 
@@ -19,6 +20,9 @@ struct RecordedLaunch {
   unsigned grid_x = 1, grid_y = 1, threads = 1, shared_bytes = 0;
   std::vector<uint64_t> args;  // every kernel argument in an 8-byte slot, in order
   size_t pointer_args = 0;     // the first ones are the refs' device pointers
+  // The TMA's tensor maps, parameters after `args`: re-encoded when their ref's pointer changes.
+  std::vector<TensorMapSpec> tensor_maps;
+  std::vector<TensorMapBytes> map_values;
 };
 
 struct LaunchRecording {

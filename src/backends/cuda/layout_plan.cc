@@ -439,6 +439,7 @@ void Emitter::plan() {
     alias_of[u->results[0]] = r;
   }
   choose_stages(homes);
+  choose_tma();
 
   // Global scratch: Memory tiles (each its own buffer), then the global staging area.
   scratch_offset_.assign(nv, -1);

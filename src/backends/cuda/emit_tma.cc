@@ -1,0 +1,98 @@
+// Operand tiles brought in by Hopper's tensor memory accelerator (TMA). A prefetched load whose
+// home is swizzled (a wgmma operand) and whose tile is a plain 2-D box of an input array (unit
+// strides, the tile's columns along the array's contiguous dimension) is copied by one thread:
+// per 64-column block one cp.async.bulk.tensor, whose tensor map the host encodes at launch
+// (tensor_map.cc) with the 128-byte swizzle, so the bytes land exactly as emit_home_fill would
+// have put them, zeros outside the array included. Each loop's ring of stages_ buffers gets one
+// mbarrier per buffer: thread 0 arrives with the round's byte count before issuing the copies and
+// every thread waits on the slot's phase before reading it (the phase bits live in registers for
+// the whole kernel, since a loop may run several times). Rounds still go out after the barrier
+// that follows the wait, so the buffer they overwrite is free exactly as before. The other
+// threads no longer compute addresses or issue copies. PALLADIUM_CUDA_TMA=0 turns this off.
+#include <cstdlib>
+
+#include "backends/cuda/emitter.h"
+
+namespace palladium::cuda {
+
+void Emitter::choose_tma() {
+  const char* env = std::getenv("PALLADIUM_CUDA_TMA");
+  if ((env && std::string(env) == "0") || !target_.tma || target_.sm < 90) return;
+  for (const auto& [v, pf] : prefetch) {
+    const ir::Inst& in = *def(v);
+    const SmemTile& tile = smem_home.at(v);
+    const ir::RefParam& p = k_.refs.at(static_cast<size_t>(in.i0));
+    const size_t rank = p.array_shape.size();
+    if (!tile.swizzled || p.is_output || !is_16bit_float(p.dtype) || rank < 2 || rank > 5) continue;
+    if ((in.i1 & (ir::kHasMask | ir::kGather)) || tile.rows > 256 || tile.cols % 64 != 0) continue;
+    if (p.array_shape.back() % 8 != 0) continue;  // every row stride a multiple of 16 bytes
+    bool ok = true;
+    for (int64_t d : p.array_shape) ok = ok && d >= 1 && d <= (int64_t{1} << 31) - 1;
+    // The array dimensions of the tile's two dimensions; both must have unit index strides.
+    std::vector<size_t> value_dims;
+    size_t ref_dim = 0;
+    for (size_t ad = 0; ad < rank; ++ad) {
+      if (p.squeezed[ad]) continue;
+      const ir::IndexEntry& ix = in.index[ref_dim++];
+      if (ix.scalar) continue;
+      ok = ok && ix.stride == 1 && !ix.gather;
+      value_dims.push_back(ad);
+    }
+    if (!ok || value_dims.size() != 2 || value_dims[1] != rank - 1) continue;
+    TensorMapSpec spec;
+    spec.ref = static_cast<int>(in.i0);
+    spec.dtype = p.dtype;
+    const std::vector<int64_t> stride = row_major_strides(p.array_shape);
+    for (size_t i = 0; i < rank; ++i) {
+      const size_t ad = rank - 1 - i;
+      spec.dims.push_back(p.array_shape[ad]);
+      if (i > 0) spec.byte_strides.push_back(stride[ad] * 2);
+      spec.box.push_back(ad == rank - 1 ? 64 : ad == value_dims[0] ? tile.rows : 1);
+    }
+    tma_loads_[v] = TmaLoad{static_cast<int>(tensor_maps_.size()), value_dims[0]};
+    tensor_maps_.push_back(spec);
+  }
+  // The rings: per loop, the bytes of its TMA loads, and whether cp.async copies remain.
+  for (const auto& [v, pf] : prefetch) {
+    auto [it, fresh] = tma_rings_.try_emplace(pf.loop);
+    if (fresh) it->second.index = static_cast<int>(tma_rings_.size()) - 1;
+    if (tma_loads_.count(v)) it->second.bytes += smem_home.at(v).bytes();
+    else it->second.cp_async = true;
+  }
+  for (auto it = tma_rings_.begin(); it != tma_rings_.end();)
+    it = it->second.bytes == 0 ? tma_rings_.erase(it) : std::next(it);
+  int index = 0;
+  for (auto& [loop, ring] : tma_rings_) ring.index = index++;
+}
+
+int64_t Emitter::tma_barrier_bytes() const { return static_cast<int64_t>(tma_rings_.size()) * stages_ * 8; }
+
+// The barriers sit in dynamic shared memory at `offset` (8-byte aligned): a static __shared__
+// array would be padded to the dynamic area's 1024-byte alignment, a kilobyte that cost the
+// attention backward its second program per SM.
+std::string Emitter::tma_kernel_setup(int64_t offset) const {
+  if (tma_rings_.empty()) return "";
+  std::string out;
+  for (const auto& [loop, ring] : tma_rings_) {
+    const std::string r = std::to_string(ring.index);
+    out += "  unsigned long long* const pl_full" + r + " = (unsigned long long*)(pl_smem + " +
+           std::to_string(offset + ring.index * stages_ * 8) + ");\n";
+    out += "  unsigned pl_phase" + r + " = 0;  // bit s: the parity of slot s's next phase\n";
+  }
+  out += "  if (pl_tid() == 0) {\n";
+  for (size_t m = 0; m < tensor_maps_.size(); ++m) out += "    pl_tma_prefetch_map(&pl_tmap" + std::to_string(m) + ");\n";
+  for (const auto& [loop, ring] : tma_rings_)
+    out += "    for (int s = 0; s < " + std::to_string(stages_) + "; ++s) pl_mbar_init(&pl_full" +
+           std::to_string(ring.index) + "[s], 1);\n";
+  out += "    pl_fence_mbar_init();\n  }\n  __syncthreads();\n";
+  return out;
+}
+
+std::string Emitter::tma_parameters() const {
+  std::string out;
+  for (size_t m = 0; m < tensor_maps_.size(); ++m)
+    out += ",\n    const __grid_constant__ pl_tensor_map pl_tmap" + std::to_string(m);
+  return out;
+}
+
+}  // namespace palladium::cuda

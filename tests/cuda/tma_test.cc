@@ -1,0 +1,107 @@
+// Operand tiles brought in by the tensor memory accelerator (emit_tma.cc): present in the generated
+// source where they apply (and absent with PALLADIUM_CUDA_TMA=0), with edge blocks whose boxes
+// leave the array, a 4-D attention layout, an input at an address the TMA cannot take, and
+// CUDA-graph replays that re-encode the maps for new inputs.
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/support/program_support.h"
+#include "tests/support/test_support.h"
+
+namespace palladium::cudatest {
+namespace {
+
+const Device kGpu{Device::cuda, 0};
+constexpr int64_t kBlockK = 64;
+
+// JAX's Pallas matmul, a 3-D grid whose last axis walks K accumulating the output block (compiled
+// as a K loop). Where m or n is not a multiple of the blocks the last blocks leave the array (their
+// padding reaches only the output's padding, which is dropped). bf16 in, float32 out.
+Callable<Array> grid_k_matmul(int64_t m, int64_t n, int64_t k, const std::string& be, const std::string& name) {
+  constexpr int64_t bm = 128, bn = 128;
+  CallOptions o{.grid = {cdiv(m, bm), cdiv(n, bn), cdiv(k, kBlockK)},
+                .dimension_semantics = {parallel, parallel, arbitrary},
+                .in_specs = {BlockSpec({bm, kBlockK}, [](Index i, Index, Index kk) { return idx(i, kk); }),
+                             BlockSpec({kBlockK, bn}, [](Index, Index j, Index kk) { return idx(kk, j); })},
+                .out_specs = {BlockSpec({bm, bn}, [](Index i, Index j, Index) { return idx(i, j); })},
+                .name = name,
+                .debug = be == "cuda",
+                .backend = be,
+                .compiler_params = {.num_warps = 8, .num_stages = 3}};
+  return pallas_call(
+      [](Ref x_ref, Ref y_ref, Ref o_ref) {
+        when(program_id(2) == 0, [&] { o_ref[all] = jnp::zeros({bm, bn}); });
+        o_ref[all] = o_ref[all] + dot(x_ref[all], y_ref[all]);
+      },
+      ShapeDtype({m, n}, f32), o);
+}
+
+TEST(CudaTma, MatmulTilesArriveThroughTheTensorMemoryAccelerator) {
+  PL_REQUIRE_NVRTC();
+  test_support::ScopedEnv wgmma{"PALLADIUM_CUDA_WGMMA", "1"};
+  GeneratedSources sources("tma-matmul-test");
+  const int64_t m = 200, n = 200, k = 320;  // partial last blocks along M and N
+  const Array x = normal(41, {m, k}, bf16), y = normal(42, {k, n}, bf16);
+  for (bool tma : {true, false}) {
+    SCOPED_TRACE(tma ? "tma" : "PALLADIUM_CUDA_TMA=0");
+    test_support::ScopedEnv env{"PALLADIUM_CUDA_TMA", tma ? "1" : "0"};
+    sources.clear();
+    const std::string name = tma ? "tma_matmul" : "cp_async_matmul";
+    expect_cuda_matches([&](const std::string& be) { return grid_k_matmul(m, n, k, be, name); }, {x, y}, 1e-5);
+    const std::string source = sources.source(name);
+    ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
+    EXPECT_EQ(source.find("pl_tma_load_2d(") != std::string::npos, tma);
+    EXPECT_EQ(source.find("__grid_constant__ pl_tensor_map pl_tmap1") != std::string::npos, tma);
+    EXPECT_EQ(source.find("pl_cp_async16(") == std::string::npos, tma);
+  }
+}
+
+// The attention forward's K and V tiles come from [batch, seq, heads, head_dim] arrays: 4-D maps
+// whose boxes are 1 along batch and heads (the forward and the backward against float64).
+TEST(CudaTma, AttentionTilesOfFourDimensionalArrays) {
+  PL_REQUIRE_NVRTC();
+  test_support::ScopedEnv wgmma{"PALLADIUM_CUDA_WGMMA", "1"};
+  GeneratedSources sources("tma-attention-test");
+  const Shape shape{2, 256, 3, 64};
+  Array q = normal(43, shape, bf16), k = normal(44, shape, bf16), v = normal(45, shape, bf16), dout = normal(48, shape, bf16);
+  pl::ops::MhaOptions o{.sm_scale = 0.125f, .causal = true, .block_q = 128, .block_k = 64, .backend = "cuda", .debug = true};
+  expect_attention_matches_reference(q, k, v, Array(), dout, o);
+  const std::string source = sources.source("mha_forward");
+  ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
+  EXPECT_NE(source.find("pl_tma_load_4d("), std::string::npos);
+  EXPECT_NE(source.find("pl_mbar_wait("), std::string::npos);
+}
+
+// A view two bytes into a device buffer (as a DLPack import with a byte offset may be): the TMA
+// needs 16-byte aligned arrays, so the launch reads an aligned copy; the result is still the
+// interpreter's.
+TEST(CudaTma, MisalignedInputIsCopiedForTheTensorMap) {
+  PL_REQUIRE_GPU();
+  const int64_t m = 128, n = 128, k = 320;
+  const Array flat = to_device(normal(46, {k * n + 8}, bf16), kGpu);
+  auto* view = new Storage;
+  view->ptr = static_cast<char*>(const_cast<void*>(static_cast<const void*>(flat.data()))) + 2;
+  view->nbytes = static_cast<size_t>(k * n) * 2;
+  view->device = kGpu;  // no free_fn: `flat` owns the memory, kept alive by the deleter below
+  const Array y({k, n}, bf16, std::shared_ptr<Storage>(view, [flat](Storage* s) { delete s; }));
+  ASSERT_NE(reinterpret_cast<uintptr_t>(y.data()) & 15, 0u);
+  const Array x = to_device(normal(47, {m, k}, bf16), kGpu);
+  const Array got = to_host(grid_k_matmul(m, n, k, "cuda", "tma_misaligned")(x, y));
+  const Array want = grid_k_matmul(m, n, k, "interpret", "tma_misaligned")(to_host(x), to_host(y));
+  EXPECT_TRUE(agree(got, want, 1e-2));
+}
+
+// jit(matmul) replayed as a CUDA graph: each replay's inputs get freshly encoded tensor maps, so
+// every call's result is its own inputs' product (float64 reference).
+TEST(CudaTma, GraphReplaysEncodeTheMapsForTheirInputs) {
+  PL_REQUIRE_GPU();
+  auto f = [](const Array& a, const Array& b) { return jnp::matmul(a, b); };
+  auto j = jit(f);
+  for (uint64_t i = 0; i < 5; ++i) {
+    const Array a = to_device(normal(300 + i, {256, 512}, bf16), kGpu), b = to_device(normal(400 + i, {512, 384}, bf16), kGpu);
+    const Array got = to_host(j(a, b));
+    const Array want = jnp::matmul(to_host(a).astype(f64), to_host(b).astype(f64));
+    EXPECT_LT(rel_error(got, want), 1e-2) << "call " << i;
+  }
+}
+
+}  // namespace
+}  // namespace palladium::cudatest
