@@ -30,7 +30,8 @@ TEST(CudaWgmma, DotOrientations) {
 }
 
 // The K loop on wgmma, against the interpreter; its bf16 output leaves the accumulators as 4-byte
-// words (each thread's two adjacent columns), not element by element.
+// words (each thread's two adjacent columns), not element by element. At 128 x 256 tiles the loop
+// is software-pipelined and its TMA copies go out once the iteration's MMAs are committed.
 TEST(CudaWgmma, MatmulKLoop) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;
@@ -60,6 +61,14 @@ TEST(CudaWgmma, MatmulKLoop) {
     const std::string source = sources.source("wgmma_matmul");
     ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
     EXPECT_NE(source.find("*(unsigned*)(pl_ref2 + "), std::string::npos) << "output stored element by element";
+    if (bn == 256) {  // one program per SM: the loop is pipelined, its TMA round issued after the dot
+      const size_t loop = source.find("for (pl_i32 pl_i");
+      ASSERT_NE(loop, std::string::npos);
+      const size_t commit = source.find("pl_wgmma_commit();", loop);
+      ASSERT_NE(commit, std::string::npos);
+      EXPECT_GT(source.find("pl_tma_load_2d(", loop), commit);
+      EXPECT_NE(source.find("pl_wgmma_wait<1>", commit), std::string::npos);
+    }
   }
 }
 

@@ -456,7 +456,8 @@ void Emitter::emit_smem_load(const ir::Inst& in, const SmemTile& tile) {
   if (prefetched_loads(loop).front() == &in) {
     const PipelinedLoop* pipe = pipelined_loop(loop);
     if (!pipe || !pipe->first_dot) emit_prefetch_wait(loop, i);
-    emit_prefetch_round(loop, "pl_nx", i + " + " + std::to_string(prefetch_distance(loop)));
+    if (!rounds_after_last_dot_.count(&loop))
+      emit_prefetch_round(loop, "pl_nx", i + " + " + std::to_string(prefetch_distance(loop)));
   }
   line("pl_u16* const " + home_expr(v) + " = " + home_buffer(v, i, lo) + ";");
 }

@@ -106,6 +106,13 @@ void Emitter::emit_wgmma(const ir::Inst& in, ir::ValueId a, ir::ValueId b, bool 
   init_accumulator(in);
   emit_wgmma_issue(in, a, b, ta, tb);
   line("pl_wgmma_commit();");
+  // A pipelined loop's TMA round, once its last dot is on the tensor cores: the buffer it fills
+  // was freed at the barrier of this iteration's (or, attention-shaped, the previous one's) wait.
+  if (auto p = pipelined_by_dot_.find(&in); p != pipelined_by_dot_.end() && p->second->last_dot == &in &&
+                                            rounds_after_last_dot_.count(p->second->loop)) {
+    const ir::Inst& loop = *p->second->loop;
+    emit_prefetch_round(loop, "pl_nx", name(loop.regions[0].args[0]) + "[0] + " + std::to_string(prefetch_distance(loop)));
+  }
   // Retired where its result is first needed (emit_region), unless PALLADIUM_CUDA_DEFER_WAIT=0.
   const char* env = std::getenv("PALLADIUM_CUDA_DEFER_WAIT");
   const bool defer = !(env && std::string(env) == "0");

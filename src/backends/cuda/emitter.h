@@ -224,6 +224,9 @@ class Emitter {
   };
   std::map<ir::ValueId, TmaLoad> tma_loads_;
   std::map<const ir::Inst*, TmaRing> tma_rings_;  // by loop
+  // Pipelined K loops whose rounds are all TMA copies: thread 0 issues them after the iteration's
+  // dot is committed (the tensor cores already busy) instead of before its warpgroup's MMAs.
+  std::set<const ir::Inst*> rounds_after_last_dot_;
   std::vector<TensorMapSpec> tensor_maps_;
   void choose_tma();
   const TmaRing* tma_ring(const ir::Inst& loop) const {
