@@ -55,7 +55,8 @@ TEST(CudaTma, MatmulTilesArriveThroughTheTensorMemoryAccelerator) {
 }
 
 // The attention forward's K and V tiles come from [batch, seq, heads, head_dim] arrays: 4-D maps
-// whose boxes are 1 along batch and heads (the forward and the backward against float64).
+// whose boxes are 1 along batch and heads (the forward and the backward against float64); the
+// tiles a program loads once come through the TMA too, awaited before the loop that reads them.
 TEST(CudaTma, AttentionTilesOfFourDimensionalArrays) {
   PL_REQUIRE_NVRTC();
   test_support::ScopedEnv wgmma{"PALLADIUM_CUDA_WGMMA", "1"};
@@ -68,6 +69,15 @@ TEST(CudaTma, AttentionTilesOfFourDimensionalArrays) {
   ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
   EXPECT_NE(source.find("pl_tma_load_4d("), std::string::npos);
   EXPECT_NE(source.find("pl_mbar_wait("), std::string::npos);
+  // Q, loaded once, is awaited after the K/V loop's first rounds and before the loop, not in it.
+  const size_t loop = source.find("for (pl_i32 pl_i"), q_wait = source.find("pl_mbar_wait(pl_home_bar0, 0u);");
+  ASSERT_NE(q_wait, std::string::npos);
+  EXPECT_LT(source.find("pl_pre = "), q_wait);
+  EXPECT_LT(q_wait, loop);
+  EXPECT_EQ(source.find("pl_home_bar0", loop), std::string::npos);
+  EXPECT_EQ(source.find("pl_cp_async_wait<0>"), std::string::npos);
+  // The backward's loop-invariant tiles of both loops come the same way.
+  EXPECT_NE(sources.source("mha_backward").find("pl_mbar_wait(pl_home_bar3, 0u);"), std::string::npos);
 }
 
 // A view two bytes into a device buffer (as a DLPack import with a byte offset may be): the TMA

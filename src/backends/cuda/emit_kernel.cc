@@ -412,7 +412,7 @@ GeneratedKernel Emitter::run() {
   g.threads = threads_;
   g.num_programs = k_.parallel_programs();  // thread blocks: one per point of the parallel axes
   const int64_t barriers_at = (smem_homes_bytes_ + smem_stage_bytes_ + 7) / 8 * 8;
-  g.shared_bytes = tma_rings_.empty() ? smem_homes_bytes_ + smem_stage_bytes_ : barriers_at + tma_barrier_bytes();
+  g.shared_bytes = tma_rings_.empty() && tma_homes_.empty() ? smem_homes_bytes_ + smem_stage_bytes_ : barriers_at + tma_barrier_bytes();
   g.scratch_bytes = global_stage_offset_ + global_stage_bytes_;
 
   std::ostringstream src;

@@ -427,12 +427,21 @@ void Emitter::emit_loop_prologue(const ir::Inst& loop) {
   if (loop_depth_of(loop.regions[0].args[0]) > 1) barrier();
   const std::string lo = name(loop.operands[0]) + "[0]";
   for (int j = 0; j < prefetch_distance(loop); ++j) emit_prefetch_round(loop, "pl_pre", lo + " + " + std::to_string(j));
+  emit_tma_home_waits(loop);
   if (const PipelinedLoop* pipe = pipelined_loop(loop)) emit_pipeline_prologue(*pipe);
 }
 
 void Emitter::emit_smem_load(const ir::Inst& in, const SmemTile& tile) {
   const ir::ValueId v = in.results[0];
   auto pf = prefetch.find(v);
+  if (auto th = tma_homes_.find(v); th != tma_homes_.end()) {  // awaited by the dots reading it
+    open("");
+    line("unsigned long long* const pl_bar = pl_home_bar" + std::to_string(th->second) + ";");
+    line("if (pl_tid() == 0) pl_mbar_expect_tx(pl_bar, " + std::to_string(tile.bytes()) + "u);");
+    emit_tma_issue(in, "((pl_u16*)(pl_smem + " + std::to_string(tile.offset) + "))");
+    close();
+    return;
+  }
   if (pf == prefetch.end()) {
     // In a loop, earlier iterations' dots may still read this home: wait for them.
     if (loop_depth_of(v) > 0) barrier();

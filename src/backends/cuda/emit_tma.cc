@@ -12,50 +12,66 @@
 // (dot_pipeline.cc) the round goes out after the iteration's dot is committed, so that warp 0
 // issues its MMAs first (H100, bf16 matmul 128 x 256 tiles: +1-2%; attention-shaped loops ran up
 // to 8% slower that way and keep it at the loads; PALLADIUM_CUDA_TMA_AFTER_DOT=0 keeps it there
-// for K loops too). PALLADIUM_CUDA_TMA=0 turns the TMA off.
+// for K loops too). A home loaded once per program (the attention's Q, or K and V in the
+// backward's dK/dV loop) comes in the same way on a barrier of its own, awaited just before the
+// first top-level loop reading it, after that loop's first rounds went out (H100: attention
+// forward+backward d64 s2048 +17%, forward d128 s2048 +2-3%; PALLADIUM_CUDA_TMA_HOMES=0 copies it
+// with cp.async and waits where it is loaded). PALLADIUM_CUDA_TMA=0 turns the TMA off.
 #include <cstdlib>
+#include <functional>
 
 #include "backends/cuda/emitter.h"
 
 namespace palladium::cuda {
 
+// Whether the TMA can bring in `v`'s tile (a plain 2-D box of an input array into a swizzled
+// home); if so its tensor map is added and the load recorded.
+bool Emitter::tma_eligible(ir::ValueId v) {
+  const ir::Inst& in = *def(v);
+  const SmemTile& tile = smem_home.at(v);
+  const ir::RefParam& p = k_.refs.at(static_cast<size_t>(in.i0));
+  const size_t rank = p.array_shape.size();
+  if (!tile.swizzled || p.is_output || !is_16bit_float(p.dtype) || rank < 2 || rank > 5) return false;
+  if ((in.i1 & (ir::kHasMask | ir::kGather)) || tile.rows > 256 || tile.cols % 64 != 0) return false;
+  if (p.array_shape.back() % 8 != 0) return false;  // every row stride a multiple of 16 bytes
+  bool ok = true;
+  for (int64_t d : p.array_shape) ok = ok && d >= 1 && d <= (int64_t{1} << 31) - 1;
+  // The array dimensions of the tile's two dimensions; both must have unit index strides.
+  std::vector<size_t> value_dims;
+  size_t ref_dim = 0;
+  for (size_t ad = 0; ad < rank; ++ad) {
+    if (p.squeezed[ad]) continue;
+    const ir::IndexEntry& ix = in.index[ref_dim++];
+    if (ix.scalar) continue;
+    ok = ok && ix.stride == 1 && !ix.gather;
+    value_dims.push_back(ad);
+  }
+  if (!ok || value_dims.size() != 2 || value_dims[1] != rank - 1) return false;
+  TensorMapSpec spec;
+  spec.ref = static_cast<int>(in.i0);
+  spec.dtype = p.dtype;
+  const std::vector<int64_t> stride = row_major_strides(p.array_shape);
+  for (size_t i = 0; i < rank; ++i) {
+    const size_t ad = rank - 1 - i;
+    spec.dims.push_back(p.array_shape[ad]);
+    if (i > 0) spec.byte_strides.push_back(stride[ad] * 2);
+    spec.box.push_back(ad == rank - 1 ? 64 : ad == value_dims[0] ? tile.rows : 1);
+  }
+  tma_loads_[v] = TmaLoad{static_cast<int>(tensor_maps_.size()), value_dims[0]};
+  tensor_maps_.push_back(spec);
+  return true;
+}
+
 void Emitter::choose_tma() {
   const char* env = std::getenv("PALLADIUM_CUDA_TMA");
   if ((env && std::string(env) == "0") || !target_.tma || target_.sm < 90) return;
-  for (const auto& [v, pf] : prefetch) {
-    const ir::Inst& in = *def(v);
-    const SmemTile& tile = smem_home.at(v);
-    const ir::RefParam& p = k_.refs.at(static_cast<size_t>(in.i0));
-    const size_t rank = p.array_shape.size();
-    if (!tile.swizzled || p.is_output || !is_16bit_float(p.dtype) || rank < 2 || rank > 5) continue;
-    if ((in.i1 & (ir::kHasMask | ir::kGather)) || tile.rows > 256 || tile.cols % 64 != 0) continue;
-    if (p.array_shape.back() % 8 != 0) continue;  // every row stride a multiple of 16 bytes
-    bool ok = true;
-    for (int64_t d : p.array_shape) ok = ok && d >= 1 && d <= (int64_t{1} << 31) - 1;
-    // The array dimensions of the tile's two dimensions; both must have unit index strides.
-    std::vector<size_t> value_dims;
-    size_t ref_dim = 0;
-    for (size_t ad = 0; ad < rank; ++ad) {
-      if (p.squeezed[ad]) continue;
-      const ir::IndexEntry& ix = in.index[ref_dim++];
-      if (ix.scalar) continue;
-      ok = ok && ix.stride == 1 && !ix.gather;
-      value_dims.push_back(ad);
-    }
-    if (!ok || value_dims.size() != 2 || value_dims[1] != rank - 1) continue;
-    TensorMapSpec spec;
-    spec.ref = static_cast<int>(in.i0);
-    spec.dtype = p.dtype;
-    const std::vector<int64_t> stride = row_major_strides(p.array_shape);
-    for (size_t i = 0; i < rank; ++i) {
-      const size_t ad = rank - 1 - i;
-      spec.dims.push_back(p.array_shape[ad]);
-      if (i > 0) spec.byte_strides.push_back(stride[ad] * 2);
-      spec.box.push_back(ad == rank - 1 ? 64 : ad == value_dims[0] ? tile.rows : 1);
-    }
-    tma_loads_[v] = TmaLoad{static_cast<int>(tensor_maps_.size()), value_dims[0]};
-    tensor_maps_.push_back(spec);
-  }
+  for (const auto& [v, pf] : prefetch) tma_eligible(v);
+  // Homes loaded once per program (top level, no sequential grid axis re-running the body).
+  const char* homes = std::getenv("PALLADIUM_CUDA_TMA_HOMES");
+  if (!(homes && std::string(homes) == "0") && !k_.any_sequential())
+    for (ir::ValueId v : skip_registers)
+      if (!prefetch.count(v) && loop_depth_of(v) == 0 && tma_eligible(v))
+        tma_homes_[v] = static_cast<int>(tma_homes_.size());
   // The rings: per loop, the bytes of its TMA loads, and whether cp.async copies remain.
   for (const auto& [v, pf] : prefetch) {
     auto [it, fresh] = tma_rings_.try_emplace(pf.loop);
@@ -75,14 +91,42 @@ void Emitter::choose_tma() {
   }
 }
 
-int64_t Emitter::tma_barrier_bytes() const { return static_cast<int64_t>(tma_rings_.size()) * stages_ * 8; }
+// Before a top-level loop (its first rounds already issued): the TMA homes its dots read, so that
+// no iteration waits again. A loop nested in a branch leaves the wait to each dot.
+void Emitter::emit_tma_home_waits(const ir::Inst& loop) {
+  const std::vector<ir::Inst>& top = k_.body.body;
+  if (tma_homes_.empty() || top.empty() || &loop < &top.front() || &loop > &top.back()) return;
+  std::set<ir::ValueId> read;
+  std::function<void(const ir::Region&)> visit = [&](const ir::Region& r) {
+    for (const ir::Inst& in : r.body) {
+      if (in.op == ir::Op::Dot) {
+        const DotOperands o = dot_operands(in);
+        read.insert(o.a);
+        read.insert(o.b);
+      }
+      for (const ir::Region& sub : in.regions) visit(sub);
+    }
+  };
+  visit(loop.regions[0]);
+  for (const auto& [v, index] : tma_homes_)
+    if (read.count(v) && tma_homes_waited_.insert(v).second)
+      line("pl_mbar_wait(pl_home_bar" + std::to_string(index) + ", 0u);");
+}
+
+int64_t Emitter::tma_barrier_bytes() const {
+  return (static_cast<int64_t>(tma_rings_.size()) * stages_ + static_cast<int64_t>(tma_homes_.size())) * 8;
+}
 
 // The barriers sit in dynamic shared memory at `offset` (8-byte aligned): a static __shared__
 // array would be padded to the dynamic area's 1024-byte alignment, a kilobyte that cost the
 // attention backward its second program per SM.
 std::string Emitter::tma_kernel_setup(int64_t offset) const {
-  if (tma_rings_.empty()) return "";
+  if (tma_rings_.empty() && tma_homes_.empty()) return "";
   std::string out;
+  const int64_t homes_at = offset + static_cast<int64_t>(tma_rings_.size()) * stages_ * 8;
+  for (const auto& [v, index] : tma_homes_)
+    out += "  unsigned long long* const pl_home_bar" + std::to_string(index) + " = (unsigned long long*)(pl_smem + " +
+           std::to_string(homes_at + index * 8) + ");\n";
   for (const auto& [loop, ring] : tma_rings_) {
     const std::string r = std::to_string(ring.index);
     out += "  unsigned long long* const pl_full" + r + " = (unsigned long long*)(pl_smem + " +
@@ -94,6 +138,7 @@ std::string Emitter::tma_kernel_setup(int64_t offset) const {
   for (const auto& [loop, ring] : tma_rings_)
     out += "    for (int s = 0; s < " + std::to_string(stages_) + "; ++s) pl_mbar_init(&pl_full" +
            std::to_string(ring.index) + "[s], 1);\n";
+  for (const auto& [v, index] : tma_homes_) out += "    pl_mbar_init(pl_home_bar" + std::to_string(index) + ", 1);\n";
   out += "    pl_fence_mbar_init();\n  }\n  __syncthreads();\n";
   return out;
 }

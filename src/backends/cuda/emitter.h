@@ -223,12 +223,19 @@ class Emitter {
     bool cp_async = false;    // the round also has loads copied by cp.async
   };
   std::map<ir::ValueId, TmaLoad> tma_loads_;
+  // Homes loaded once at the kernel's top level through the TMA: the copy is issued where the
+  // load stands and awaited (its own barrier pl_home_bar<index>, phase 0) by the dots reading it,
+  // so the loops' first rounds go out while it is in flight.
+  std::map<ir::ValueId, int> tma_homes_;
+  std::set<ir::ValueId> tma_homes_waited_;  // awaited before a top-level loop reading them
+  void emit_tma_home_waits(const ir::Inst& loop);
   std::map<const ir::Inst*, TmaRing> tma_rings_;  // by loop
   // Pipelined K loops whose rounds are all TMA copies: thread 0 issues them after the iteration's
   // dot is committed (the tensor cores already busy) instead of before its warpgroup's MMAs.
   std::set<const ir::Inst*> rounds_after_last_dot_;
   std::vector<TensorMapSpec> tensor_maps_;
   void choose_tma();
+  bool tma_eligible(ir::ValueId v);  // adds v's tensor map when the TMA can load its tile
   const TmaRing* tma_ring(const ir::Inst& loop) const {
     auto it = tma_rings_.find(&loop);
     return it == tma_rings_.end() ? nullptr : &it->second;
