@@ -2,6 +2,9 @@
 // source where they apply (and absent with PALLADIUM_CUDA_TMA=0), with edge blocks whose boxes
 // leave the array, a 4-D attention layout, an input at an address the TMA cannot take, and
 // CUDA-graph replays that re-encode the maps for new inputs.
+#include "backends/common/chain_loops.h"
+#include "backends/cuda/codegen.h"
+#include "core/grid_mapping.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/support/program_support.h"
 #include "tests/support/test_support.h"
@@ -78,6 +81,49 @@ TEST(CudaTma, AttentionTilesOfFourDimensionalArrays) {
   EXPECT_EQ(source.find("pl_cp_async_wait<0>"), std::string::npos);
   // The backward's loop-invariant tiles of both loops come the same way.
   EXPECT_NE(sources.source("mha_backward").find("pl_mbar_wait(pl_home_bar3, 0u);"), std::string::npos);
+}
+
+// The tensor maps the generator asks for (no GPU needed): a K loop over a [batch, seq, heads, d]
+// array whose BlockSpec squeezes batch and heads, and a loop-invariant [64, 128] operand. The
+// loop's tile is a 64 x 64 box along seq and d (dimensions innermost first, strides in bytes);
+// the invariant one two 64-column boxes of one map. Without the TMA (the switch, or a driver
+// without tensor maps) the kernel takes none.
+TEST(CudaTma, TensorMapsOfAStridedFourDimensionalRef) {
+  test_support::ScopedEnv wgmma{"PALLADIUM_CUDA_WGMMA", "1"};
+  auto kernel = [](Ref x_ref, Ref w_ref, Ref o_ref) {
+    Value acc = jnp::zeros({64, 128}, f32);
+    acc = lax::fori_loop(0, 4, [&](Value i, Value a) { return a + dot(x_ref(ds(i * 64, 64), slice()), w_ref[all]); }, acc);
+    o_ref[all] = acc;
+  };
+  const CallOptions o{.grid = {2, 3},
+                      .in_specs = {BlockSpec({None, 256, None, 64}, [](Index b, Index h) { return idx(b, 0, h, 0); }),
+                                   BlockSpec({64, 128}, [](Index, Index) { return idx(0, 0); })},
+                      .out_specs = {BlockSpec({None, None, 64, 128}, [](Index b, Index h) { return idx(b, h, 0, 0); })},
+                      .name = "tma_spec"};
+  auto call = pallas_call(kernel, ShapeDtype({2, 3, 64, 128}, f32), o);
+  const detail::InputTypes in{ShapeDtype({2, 256, 3, 64}, bf16), ShapeDtype({64, 128}, bf16)};
+  const ir::Kernel k = backend::kernel_for_codegen(detail::trace_kernel(*call.impl(), detail::describe(*call.impl(), in)), false);
+  auto maps = [&](bool tma) {
+    cuda::Target t = cuda::target_for(9, 0);
+    t.tma = tma;
+    return cuda::generate_cuda(k, {}, t).tensor_maps;
+  };
+  const std::vector<cuda::TensorMapSpec> got = maps(true);
+  ASSERT_EQ(got.size(), 2u);
+  const cuda::TensorMapSpec& x = got[0].ref == 0 ? got[0] : got[1];
+  const cuda::TensorMapSpec& w = got[0].ref == 0 ? got[1] : got[0];
+  EXPECT_EQ(x.ref, 0);
+  EXPECT_EQ(x.dtype, bf16);
+  EXPECT_EQ(x.dims, (std::vector<int64_t>{64, 3, 256, 2}));
+  EXPECT_EQ(x.byte_strides, (std::vector<int64_t>{64 * 2, 3 * 64 * 2, 256 * 3 * 64 * 2}));
+  EXPECT_EQ(x.box, (std::vector<int64_t>{64, 1, 64, 1}));
+  EXPECT_EQ(w.ref, 1);
+  EXPECT_EQ(w.dims, (std::vector<int64_t>{128, 64}));
+  EXPECT_EQ(w.byte_strides, (std::vector<int64_t>{128 * 2}));
+  EXPECT_EQ(w.box, (std::vector<int64_t>{64, 64}));
+  EXPECT_TRUE(maps(false).empty());
+  test_support::ScopedEnv off{"PALLADIUM_CUDA_TMA", "0"};
+  EXPECT_TRUE(maps(true).empty());
 }
 
 // A view two bytes into a device buffer (as a DLPack import with a byte offset may be): the TMA
