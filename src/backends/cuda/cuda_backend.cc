@@ -322,7 +322,8 @@ class CudaExecutable final : public backend::Executable {
       CUdeviceptr& p = ptrs.at(static_cast<size_t>(spec.ref));
       if (!tensor_map_address_ok(p)) {
         mark_unusable("pallas_call '" + kernel_.name + "' copies a misaligned input for the TMA");
-        const size_t bytes = static_cast<size_t>(numel(kernel_.refs[static_cast<size_t>(spec.ref)].array_shape)) * 2;
+        const ir::RefParam& ref = kernel_.refs.at(static_cast<size_t>(spec.ref));
+        const size_t bytes = static_cast<size_t>(numel(ref.array_shape)) * itemsize(ref.dtype);
         const CUdeviceptr aligned = temp(bytes);
         make_current(ordinal);
         check_driver(d.cuMemcpyDtoDAsync(aligned, p, bytes, stream.handle), what() + ": aligning an input for the TMA");

@@ -411,8 +411,8 @@ GeneratedKernel Emitter::run() {
   g.entry = "pl_" + sanitize(k_.name);
   g.threads = threads_;
   g.num_programs = k_.parallel_programs();  // thread blocks: one per point of the parallel axes
-  const int64_t barriers_at = (smem_homes_bytes_ + smem_stage_bytes_ + 7) / 8 * 8;
-  g.shared_bytes = tma_rings_.empty() && tma_homes_.empty() ? smem_homes_bytes_ + smem_stage_bytes_ : barriers_at + tma_barrier_bytes();
+  const int64_t barriers_at = (smem_homes_bytes_ + smem_stage_bytes_ + 7) / 8 * 8;  // the TMA's mbarriers
+  g.shared_bytes = tma_barrier_bytes() > 0 ? barriers_at + tma_barrier_bytes() : smem_homes_bytes_ + smem_stage_bytes_;
   g.scratch_bytes = global_stage_offset_ + global_stage_bytes_;
 
   std::ostringstream src;

@@ -57,7 +57,7 @@ bool Emitter::tma_eligible(ir::ValueId v) {
     if (i > 0) spec.byte_strides.push_back(stride[ad] * 2);
     spec.box.push_back(ad == rank - 1 ? 64 : ad == value_dims[0] ? tile.rows : 1);
   }
-  tma_loads_[v] = TmaLoad{static_cast<int>(tensor_maps_.size()), value_dims[0]};
+  tma_loads_[v] = TmaLoad{static_cast<int>(tensor_maps_.size())};
   tensor_maps_.push_back(spec);
   return true;
 }

@@ -106,8 +106,8 @@ void Emitter::emit_wgmma(const ir::Inst& in, ir::ValueId a, ir::ValueId b, bool 
   init_accumulator(in);
   emit_wgmma_issue(in, a, b, ta, tb);
   line("pl_wgmma_commit();");
-  // A pipelined loop's TMA round, once its last dot is on the tensor cores: the buffer it fills
-  // was freed at the barrier of this iteration's (or, attention-shaped, the previous one's) wait.
+  // A pipelined K loop's TMA round, once the iteration's dot is on the tensor cores: the buffer it
+  // fills was freed at the barrier after this iteration's wait.
   if (auto p = pipelined_by_dot_.find(&in); p != pipelined_by_dot_.end() && p->second->last_dot == &in &&
                                             rounds_after_last_dot_.count(p->second->loop)) {
     const ir::Inst& loop = *p->second->loop;

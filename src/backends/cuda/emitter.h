@@ -187,8 +187,8 @@ class Emitter {
   // operands staged once); keyed by value.
   std::map<ir::ValueId, SmemTile> smem_home;
   std::set<ir::ValueId> skip_registers;  // values that exist only in their smem home
-  // Loads in a loop body whose tile is prefetched: cp.async into a ring of stages_ buffers,
-  // prefetch_distance() iterations ahead. The loop, and the scalar instructions computing the
+  // Loads in a loop body whose tile is prefetched: TMA (emit_tma.cc) or cp.async copies into a
+  // ring of stages_ buffers, prefetch_distance() iterations ahead. The loop, and the scalar instructions computing the
   // load's indices, re-emitted for the iteration prefetched.
   struct Prefetch {
     const ir::Inst* loop = nullptr;
@@ -205,8 +205,9 @@ class Emitter {
   // still read by its dot in flight.
   int prefetch_distance(const ir::Inst& loop) const;
   // One prefetch round: the loop's prefetched loads for iteration `iteration` (C++ text, bound to
-  // the variable `var`) when it is below the loop's end, and one cp.async group (empty past the
-  // end, so that every iteration commits one).
+  // the variable `var`) when it is below the loop's end: its TMA copies after thread 0's arrival
+  // on the slot's barrier, its other loads' cp.async copies as one group (committed, empty past
+  // the end, so that every iteration commits one, unless the ring has none).
   void emit_prefetch_round(const ir::Inst& loop, const std::string& var, const std::string& iteration);
   // Waits for the round of loop index `iteration` (C++ text; rounds are awaited in iteration
   // order) and makes its tiles visible (to every thread, and to wgmma).
@@ -214,8 +215,7 @@ class Emitter {
   // TMA (emit_tma.cc): prefetched swizzled homes brought in by the tensor memory accelerator, one
   // thread issuing each round's copies, which complete on the ring slot's mbarrier.
   struct TmaLoad {
-    int map = 0;          // index into tensor_maps_ (the kernel parameter pl_tmap<map>)
-    size_t row_dim = 0;   // the array dimension along the tile's rows
+    int map = 0;  // index into tensor_maps_ (the kernel parameter pl_tmap<map>)
   };
   struct TmaRing {
     int index = 0;            // its barriers pl_full<index>[stages_] and phase bits pl_phase<index>
