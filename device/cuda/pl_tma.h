@@ -26,6 +26,18 @@ PL_DEVICE void pl_mbar_expect_tx(unsigned long long* bar, unsigned bytes) {
                : "memory");
   (void)state;
 }
+// One plain arrival (a consumer warp releasing a ring slot to the producer).
+PL_DEVICE void pl_mbar_arrive(unsigned long long* bar) {
+  unsigned long long state;
+  asm volatile("mbarrier.arrive.shared.b64 %0, [%1];" : "=l"(state) : "r"(pl_smem_addr(bar)) : "memory");
+  (void)state;
+}
+// A barrier among the first `threads` threads only (named barrier 1): the consumer warps of a
+// warp-specialised kernel synchronise without waiting for the producer warp.
+template <int threads>
+PL_DEVICE void pl_consumer_barrier() {
+  asm volatile("bar.sync 1, %0;" ::"n"(threads) : "memory");
+}
 // Waits until the phase of parity `parity` of the barrier has completed.
 PL_DEVICE void pl_mbar_wait(unsigned long long* bar, unsigned parity) {
   const unsigned a = pl_smem_addr(bar);

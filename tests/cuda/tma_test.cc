@@ -126,6 +126,64 @@ TEST(CudaTma, TensorMapsOfAStridedFourDimensionalRef) {
   EXPECT_TRUE(maps(true).empty());
 }
 
+// Warp specialisation (emit_producer.cc): a pipelined K loop of 128 x 256 tiles (one program per
+// multiprocessor) gets a producer warp after its 8 consumer warps, which issues every round and
+// refills a slot only after the consumer warps gave it back on its empty barrier; the consumers'
+// loop has no block-wide barrier left. Nine iterations over four slots reuse slots in both phases
+// of their empty barriers; M and N leave partial blocks. The kernel is persistent: capped at 3
+// blocks, each runs two or three of the 8 programs (in groups along M), the ring's slots and
+// phases carried from one program to the next. Checked against float64; without persistence, and
+// with PALLADIUM_CUDA_WARP_SPECIALIZE=0 (256 threads, a barrier per iteration), alike.
+TEST(CudaTma, PipelinedMatmulGetsAPersistentProducerWarp) {
+  PL_REQUIRE_NVRTC();
+  test_support::ScopedEnv wgmma{"PALLADIUM_CUDA_WGMMA", "1"};
+  test_support::ScopedEnv blocks{"PALLADIUM_CUDA_PERSISTENT_BLOCKS", "3"};
+  GeneratedSources sources("tma-producer-test");
+  const int64_t m = 200, n = 1000, k = 9 * kBlockK, bm = 128, bn = 256;
+  auto make = [&](const std::string& be, const std::string& name) {
+    auto kernel = [&](Ref x_ref, Ref y_ref, Ref o_ref) {
+      Value acc = jnp::zeros({bm, bn}, f32);
+      acc = lax::fori_loop(0, k / kBlockK, [&](Value i, Value a) {
+        return a + dot(x_ref(slice(), ds(i * kBlockK, kBlockK)), y_ref(ds(i * kBlockK, kBlockK), slice()));
+      }, acc);
+      o_ref[all] = acc;
+    };
+    return pallas_call(kernel, ShapeDtype({m, n}, f32),
+                       {.grid = {cdiv(m, bm), cdiv(n, bn)},
+                        .in_specs = {BlockSpec({bm, k}, [](Index i, Index) { return idx(i, 0); }),
+                                     BlockSpec({k, bn}, [](Index, Index j) { return idx(0, j); })},
+                        .out_specs = {BlockSpec({bm, bn}, [](Index i, Index j) { return idx(i, j); })},
+                        .name = name, .debug = be == "cuda", .backend = be,
+                        .compiler_params = {.num_warps = 8}});
+  };
+  const Array x = normal(49, {m, k}, bf16), y = normal(50, {k, n}, bf16);
+  const Array want = jnp::matmul(x.astype(f64), y.astype(f64));
+  struct Variant {
+    const char* name;
+    bool specialise, persistent;
+  };
+  for (const Variant& v : {Variant{"persistent_matmul", true, true}, Variant{"producer_matmul", true, false},
+                           Variant{"single_role_matmul", false, false}}) {
+    SCOPED_TRACE(v.name);
+    test_support::ScopedEnv env{"PALLADIUM_CUDA_WARP_SPECIALIZE", v.specialise ? "1" : "0"};
+    test_support::ScopedEnv persist{"PALLADIUM_CUDA_PERSISTENT", v.persistent ? "1" : "0"};
+    const Array got = expect_cuda_matches([&](const std::string& be) { return make(be, v.name); }, {x, y}, 1e-5)[0];
+    EXPECT_LT(rel_error(got, want), 1e-5);
+    const std::string source = sources.source(v.name);
+    ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
+    EXPECT_EQ(source.find("__launch_bounds__(288, 1)") != std::string::npos, v.specialise);
+    EXPECT_EQ(source.find("if (pl_warp() >= 8) {") != std::string::npos, v.specialise);
+    EXPECT_EQ(source.find("pl_mbar_arrive(&pl_empty0[") != std::string::npos, v.specialise);
+    EXPECT_EQ(source.find("pl_block += (long long)gridDim.x * gridDim.y") != std::string::npos, v.persistent);
+    EXPECT_EQ(source.find("const long long pl_first = ") != std::string::npos, v.specialise);  // grouped order
+    const size_t loop = source.find("for (pl_i32 pl_i");
+    ASSERT_NE(loop, std::string::npos);
+    // The consumers' K loop waits on the full barrier only; without the producer it still meets
+    // at a block-wide barrier every iteration.
+    EXPECT_EQ(source.find("__syncthreads();", loop) == std::string::npos, v.specialise);
+  }
+}
+
 // A view two bytes into a device buffer (as a DLPack import with a byte offset may be): the TMA
 // needs 16-byte aligned arrays, so the launch reads an aligned copy; the result is still the
 // interpreter's.

@@ -52,6 +52,9 @@ struct GeneratedKernel {
   std::vector<backend::AccessSite> access_sites;  // checked runs: the kernel takes a check record parameter
   bool checked = false;
   std::vector<TensorMapSpec> tensor_maps;  // TMA-loaded tiles (emit_tma.cc)
+  // Each block walks programs pl_block, pl_block + blocks, ... (emit_producer.cc): launch no more
+  // blocks than can be resident at once.
+  bool persistent = false;
 };
 
 // Throws Error naming the op for anything the backend cannot lower.

@@ -47,6 +47,7 @@ struct DeviceKernel {
   std::shared_ptr<LoadedKernel> loaded;
   int threads = 128;
   int64_t shared_bytes = 0, scratch_bytes = 0, num_programs = 1;
+  bool persistent = false;  // launch at most one wave of blocks; each loops over programs
   std::vector<DebugPrintInfo> prints;
   std::vector<backend::AccessSite> access_sites;
   bool checked = false;
@@ -233,6 +234,7 @@ class CudaExecutable final : public backend::Executable {
     dk->shared_bytes = g.shared_bytes;
     dk->scratch_bytes = g.scratch_bytes;
     dk->num_programs = g.num_programs;
+    dk->persistent = g.persistent;
     dk->prints = g.prints;
     dk->access_sites = g.access_sites;
     dk->checked = g.checked;
@@ -370,8 +372,14 @@ class CudaExecutable final : public backend::Executable {
       for (TensorMapBytes& m : maps) args.push_back(&m);
       const DeviceInfo& info = device(ordinal);
       const int64_t max_x = info.max_grid_x > 0 ? info.max_grid_x : 2147483647;
-      const int64_t gx = std::min<int64_t>(programs, max_x);
-      const int64_t gy = (programs + gx - 1) / gx;
+      int64_t blocks = programs;
+      if (dk->persistent) {  // one wave (PALLADIUM_CUDA_PERSISTENT_BLOCKS caps it, for tests and tuning)
+        blocks = std::min<int64_t>(programs, int64_t{lk.max_blocks_per_sm} * std::max(info.multiprocessors, 1));
+        if (const char* cap = std::getenv("PALLADIUM_CUDA_PERSISTENT_BLOCKS"); cap && std::atoll(cap) > 0)
+          blocks = std::min<int64_t>(blocks, std::atoll(cap));
+      }
+      const int64_t gx = std::min<int64_t>(blocks, max_x);
+      const int64_t gy = (blocks + gx - 1) / gx;
       PL_CHECK(gy <= (info.max_grid_y > 0 ? info.max_grid_y : 65535), what(), ": ", programs,
                " programs exceed the launch grid's limits");
       LaunchTiming& lt = launch_timing();

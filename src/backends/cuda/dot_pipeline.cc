@@ -107,9 +107,8 @@ void Emitter::emit_pipeline_prologue(const PipelinedLoop& p) {
 // Zeroes the first dot's accumulator and issues it on the tiles of iteration `iteration` (no commit).
 void Emitter::emit_first_dot_issue(const PipelinedLoop& p, const std::string& iteration) {
   const ir::Inst& d = *p.first_dot;
-  const std::string lo = name(p.loop->operands[0]) + "[0]";
   for (const ir::Inst* load : prefetched_loads(*p.loop))
-    home_override_[load->results[0]] = "(" + home_buffer(load->results[0], iteration, lo) + ")";
+    home_override_[load->results[0]] = "(" + home_buffer(load->results[0], iteration) + ")";
   const ir::ValueId r = d.results[0];
   open_slots(layout_of(r));
   line(at(r) + " = 0.0f;");

@@ -82,7 +82,7 @@ void Emitter::close(const std::string& s) {
 void Emitter::barrier() {
   touched_shared_ = true;
   barrier_in_body_ = true;
-  line("__syncthreads();");
+  line(producer_warps_ > 0 ? "pl_consumer_barrier<" + std::to_string(threads_) + ">();" : "__syncthreads();");
 }
 
 void Emitter::declare(ir::ValueId v) {
@@ -363,9 +363,11 @@ void Emitter::emit_control(const ir::Inst& in) {
          "[0]; ++" + idx + ")");
     line("const " + it + " " + name(body.args[0]) + "[1] = {" + idx + "};");
     emit_region(body);
+    if (producer_serves(in)) emit_consumer_release(in);
     assign_yield(yield_of(body), in.results);
     close();
     if (pipe) line("pl_wgmma_wait<0>();");  // the last iteration's last dot
+    if (producer_serves(in)) emit_consumer_loop_end(in);
   } else if (in.op == ir::Op::While) {
     init_results(0);
     const ir::Region& cond = in.regions[0];
@@ -397,6 +399,41 @@ void Emitter::emit_control(const ir::Inst& in) {
 
 // ---------------------------------------------------------------- the kernel
 
+// Program ids from the block's linear index `pl_rest`: row-major over the parallel axes, the last
+// axis fastest. A warp-specialised kernel (a matmul's K loop: each program reads a row block of
+// one operand and a column block of the other) walks its two innermost parallel axes in groups of
+// `group` along the outer one instead, so that the programs running at once share fewer, more
+// reused operand blocks in L2 (PALLADIUM_CUDA_RASTER_GROUP, 0 for the plain order). The parallel
+// programs are independent, so any order is theirs.
+std::string Emitter::program_id_decode() const {
+  std::vector<size_t> parallel;
+  for (size_t d = 0; d < k_.grid.size(); ++d)
+    if (!k_.is_sequential(d)) parallel.push_back(d);
+  int64_t group = 8;
+  if (const char* env = std::getenv("PALLADIUM_CUDA_RASTER_GROUP"); env && *env) group = std::atoll(env);
+  std::ostringstream src;
+  size_t plain = parallel.size();
+  if (producer_warps_ > 0 && group > 1 && parallel.size() >= 2 && k_.grid[parallel[plain - 2]] > 1) {
+    const size_t a = parallel[plain - 2], b = parallel[plain - 1];
+    const int64_t rows = k_.grid[a], cols = k_.grid[b], span = group * cols;
+    src << "  const long long pl_tile = pl_rest % " << rows * cols << "ll;\n";
+    src << "  pl_rest /= " << rows * cols << "ll;\n";
+    src << "  const long long pl_first = (pl_tile / " << span << "ll) * " << group << "ll;\n";
+    src << "  const long long pl_height = " << rows << "ll - pl_first < " << group << "ll ? " << rows
+        << "ll - pl_first : " << group << "ll;\n";
+    src << "  const int pl_pid" << a << " = (int)(pl_first + (pl_tile % " << span << "ll) % pl_height);\n";
+    src << "  const int pl_pid" << b << " = (int)((pl_tile % " << span << "ll) / pl_height);\n";
+    plain -= 2;
+  }
+  for (size_t j = plain; j-- > 0;) {
+    const size_t d = parallel[j];
+    src << "  const int pl_pid" << d << " = (int)(pl_rest % " << k_.grid[d] << "ll);\n";
+    src << "  pl_rest /= " << k_.grid[d] << "ll;\n";
+  }
+  src << "  (void)pl_rest;\n";
+  return src.str();
+}
+
 static std::string sanitize(const std::string& s) {
   std::string out;
   for (char c : s) out += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
@@ -406,10 +443,11 @@ static std::string sanitize(const std::string& s) {
 GeneratedKernel Emitter::run() {
   plan();
   emit_region(k_.body);
+  const std::string producer = producer_code();
 
   GeneratedKernel g;
   g.entry = "pl_" + sanitize(k_.name);
-  g.threads = threads_;
+  g.threads = threads_ + 32 * producer_warps_;
   g.num_programs = k_.parallel_programs();  // thread blocks: one per point of the parallel axes
   const int64_t barriers_at = (smem_homes_bytes_ + smem_stage_bytes_ + 7) / 8 * 8;  // the TMA's mbarriers
   g.shared_bytes = tma_barrier_bytes() > 0 ? barriers_at + tma_barrier_bytes() : smem_homes_bytes_ + smem_stage_bytes_;
@@ -467,9 +505,12 @@ GeneratedKernel Emitter::run() {
   };
   count(k_.body);
   int min_blocks = max_fragment_regs_ > 0 && reg_estimate <= 120 ? 2 : 1;
+  // Warp-specialised kernels run one program per multiprocessor (their loops are the pipelined
+  // ones, whose shared memory already allows no second), so the registers go to that one.
+  if (producer_warps_ > 0) min_blocks = 1;
   if (const char* env = std::getenv("PALLADIUM_CUDA_MIN_BLOCKS"); env && *env) min_blocks = std::max(1, std::atoi(env));
   src << wgmma_functions();
-  src << "\nextern \"C\" __global__ void __launch_bounds__(" << threads_ << ", " << min_blocks << ") " << g.entry << "(";
+  src << "\nextern \"C\" __global__ void __launch_bounds__(" << g.threads << ", " << min_blocks << ") " << g.entry << "(";
   for (size_t i = 0; i < k_.refs.size(); ++i) {
     const ir::RefParam& p = k_.refs[i];
     src << (i ? ",\n    " : "\n    ") << (p.is_output ? "" : "const ") << mem_type(p.dtype) << "* "
@@ -480,18 +521,28 @@ GeneratedKernel Emitter::run() {
          "int pl_num_slots"
       << (debug_prints_.empty() ? "" : ", unsigned char* pl_debug")
       << (params_.checks ? ", unsigned long long* pl_checks" : "") << tma_parameters() << ") {\n";
+  // The program's row-major linear id over the whole grid (debug_print records carry it).
+  std::string linear = "0";
+  for (size_t d = 0; d < k_.grid.size(); ++d)
+    linear = "(" + linear + ") * " + std::to_string(k_.grid[d]) + "ll + pl_pid" + std::to_string(d);
+  const std::string program = "  long long pl_rest = pl_block;\n" + program_id_decode() +
+                              "  const long long pl_linear = " + linear + ";\n  (void)pl_linear;\n";
+  // Persistent (warp-specialised kernels without per-program scratch, homes or records): a block
+  // runs programs pl_block, pl_block + blocks, ..., its producer filling the ring for the next
+  // program while the consumers store this one's results.
+  const char* persist_env = std::getenv("PALLADIUM_CUDA_PERSISTENT");
+  g.persistent = producer_warps_ > 0 && !(persist_env && std::string(persist_env) == "0") && tma_homes_.empty() &&
+                 debug_prints_.empty() && !params_.checks && g.scratch_bytes == 0;
   src << "  extern __shared__ __align__(1024) unsigned char pl_smem[];\n";
-  src << "  const long long pl_block = (long long)blockIdx.x + (long long)blockIdx.y * gridDim.x;\n";
-  src << "  if (pl_block >= " << g.num_programs << "ll) return;\n";
-  // Program ids: row-major over the parallel axes, the last axis fastest; the sequential axes are
-  // a loop inside the block (below), in grid order.
-  src << "  long long pl_rest = pl_block;\n";
-  for (size_t d = k_.grid.size(); d-- > 0;) {
-    if (k_.is_sequential(d)) continue;
-    src << "  const int pl_pid" << d << " = (int)(pl_rest % " << k_.grid[d] << "ll);\n";
-    src << "  pl_rest /= " << k_.grid[d] << "ll;\n";
+  src << "  const long long pl_first_block = (long long)blockIdx.x + (long long)blockIdx.y * gridDim.x;\n";
+  if (!g.persistent) {
+    src << "  const long long pl_block = pl_first_block;\n";
+    src << "  if (pl_block >= " << g.num_programs << "ll) return;\n";
+    // Program ids: row-major over the parallel axes, the last axis fastest; the sequential axes are
+    // a loop inside the block (below), in grid order.
+    src << "  long long pl_rest = pl_block;\n";
+    src << program_id_decode();
   }
-  src << "  (void)pl_rest;\n";
   if (g.scratch_bytes > 0) {
     // Scratch per program, or per resident block when the grid outnumbers the slots: a block
     // takes a free slot and frees it at its end (there are as many slots as resident blocks).
@@ -525,12 +576,21 @@ GeneratedKernel Emitter::run() {
       src << "  pl_srest /= " << k_.grid[d] << "ll;\n";
     }
   }
-  // The program's row-major linear id over the whole grid (debug_print records carry it).
-  std::string linear = "0";
-  for (size_t d = 0; d < k_.grid.size(); ++d)
-    linear = "(" + linear + ") * " + std::to_string(k_.grid[d]) + "ll + pl_pid" + std::to_string(d);
-  src << "  const long long pl_linear = " << linear << ";\n  (void)pl_linear;\n";
-  src << body_.str();
+  if (g.persistent) {
+    const std::string programs = "  for (long long pl_block = pl_first_block; pl_block < " + std::to_string(g.num_programs) +
+                                 "ll; pl_block += (long long)gridDim.x * gridDim.y) {\n";
+    src << "  if (pl_warp() >= " << threads_ / 32 << ") {\n    if (pl_lane() == 0) {\n"
+        << programs << program << producer << "  }\n    }\n  } else {\n"
+        << programs << program << body_.str() << "  pl_consumer_barrier<" << threads_ << ">();\n  }\n  }\n";
+  } else if (producer_warps_ > 0) {
+    src << "  const long long pl_linear = " << linear << ";\n  (void)pl_linear;\n";
+    // The producer warp's lane 0 issues the rings' copies; the consumer warps run the body.
+    src << "  if (pl_warp() >= " << threads_ / 32 << ") {\n    if (pl_lane() == 0) {\n"
+        << producer << "    }\n  } else {\n" << body_.str() << "  }\n";
+  } else {
+    src << "  const long long pl_linear = " << linear << ";\n  (void)pl_linear;\n";
+    src << body_.str();
+  }
   if (k_.any_sequential()) src << "  __syncthreads();\n  }\n";
   if (g.scratch_bytes > 0) {
     src << "  __syncthreads();\n"

@@ -352,26 +352,31 @@ std::vector<const ir::Inst*> Emitter::prefetched_loads(const ir::Inst& loop) con
   return out;
 }
 
-std::string Emitter::home_buffer(ir::ValueId v, const std::string& iteration, const std::string& lo) const {
+std::string Emitter::home_buffer(ir::ValueId v, const std::string& iteration) const {
   const SmemTile& tile = smem_home.at(v);
-  return "((pl_u16*)(pl_smem + " + std::to_string(tile.offset) + ")) + ((" + iteration + " - " + lo + ") % " +
-         std::to_string(stages_) + ") * " + std::to_string(tile.bytes() / 2);
+  return "((pl_u16*)(pl_smem + " + std::to_string(tile.offset) + ")) + " + ring_slot(*prefetch.at(v).loop, iteration) +
+         " * " + std::to_string(tile.bytes() / 2);
+}
+
+std::string Emitter::ring_slot(const ir::Inst& loop, const std::string& iteration) const {
+  std::string n = iteration + " - " + name(loop.operands[0]) + "[0]";
+  if (producer_serves(loop)) n = "pl_base" + std::to_string(tma_ring(loop)->index) + " + " + n;
+  return "((" + n + ") % " + std::to_string(stages_) + ")";
 }
 
 int Emitter::prefetch_distance(const ir::Inst& loop) const { return stages_ - (pipelined_loop(loop) ? 2 : 1); }
 
 void Emitter::emit_prefetch_round(const ir::Inst& loop, const std::string& var, const std::string& iteration) {
-  const std::string lo = name(loop.operands[0]) + "[0]", hi = name(loop.operands[1]) + "[0]";
+  const std::string hi = name(loop.operands[1]) + "[0]";
   open("");
   line("const " + reg_type(type(loop.regions[0].args[0]).dtype) + " " + var + " = " + iteration + ";");
   open("if (" + var + " < " + hi + ")");
   const TmaRing* ring = tma_ring(loop);
   if (ring) {  // the arrival with the round's byte count goes before its copies
-    line("unsigned long long* const pl_bar = &pl_full" + std::to_string(ring->index) + "[(" + var + " - " + lo + ") % " +
-         std::to_string(stages_) + "];");
-    line("if (pl_tid() == 0) pl_mbar_expect_tx(pl_bar, " + std::to_string(ring->bytes) + "u);");
+    line("unsigned long long* const pl_bar = &pl_full" + std::to_string(ring->index) + "[" + ring_slot(loop, var) + "];");
+    line("if (" + tma_issuer_ + ") pl_mbar_expect_tx(pl_bar, " + std::to_string(ring->bytes) + "u);");
   }
-  for (const ir::Inst* in : prefetched_loads(loop)) emit_prefetch_issue(*in, var, home_buffer(in->results[0], var, lo));
+  for (const ir::Inst* in : prefetched_loads(loop)) emit_prefetch_issue(*in, var, home_buffer(in->results[0], var));
   close();
   close();
   if (!ring || ring->cp_async) line("pl_cp_async_commit();");
@@ -384,16 +389,19 @@ void Emitter::emit_prefetch_wait(const ir::Inst& loop, const std::string& iterat
   const TmaRing* ring = tma_ring(loop);
   if (!ring || ring->cp_async) line("pl_cp_async_wait<" + std::to_string(prefetch_distance(loop) - 1) + ">();");
   if (ring) {
-    const std::string r = std::to_string(ring->index), lo = name(loop.operands[0]) + "[0]";
+    const std::string r = std::to_string(ring->index);
     open("if (" + iteration + " < " + name(loop.operands[1]) + "[0])");  // past the end no round was issued
-    line("const int pl_s = (int)((" + iteration + " - " + lo + ") % " + std::to_string(stages_) + ");");
+    line("const int pl_s = (int)" + ring_slot(loop, iteration) + ";");
     line("pl_mbar_wait(&pl_full" + r + "[pl_s], (pl_phase" + r + " >> pl_s) & 1u);");
     line("pl_phase" + r + " ^= 1u << pl_s;");
     close();
   }
   // cp.async writes -> tensor-core reads (the TMA's writes are the async proxy's own)
   if (!wgmma_dots_.empty() && (!ring || ring->cp_async)) line("pl_fence_proxy_async();");
-  barrier();
+  // Served by the producer warp, each thread's own wait makes the tiles visible to it, and the
+  // slots come back through the empty barriers, not a block-wide barrier.
+  if (producer_serves(loop)) touched_shared_ = true;
+  else barrier();
 }
 
 // One cp.async.bulk.tensor per 64-column block of the tile, at the block's origin (coordinates
@@ -406,7 +414,7 @@ void Emitter::emit_tma_issue(const ir::Inst& in, const std::string& dst) {
   const size_t rank = p.array_shape.size();
   Address a = address_of(*this, in, [](size_t) { return std::string("0"); });
   line("// a tile of pl_ref" + std::to_string(in.i0) + " through pl_tmap" + std::to_string(t.map));
-  open("if (pl_tid() == 0)");
+  open("if (" + tma_issuer_ + ")");
   for (const std::string& l : a.lines) line(l);
   for (int64_t j = 0; j < tile.cols / 64; ++j) {
     std::string call = "pl_tma_load_" + std::to_string(rank) + "d((char*)(" + dst + ") + " + std::to_string(j * tile.rows * 128) +
@@ -426,7 +434,8 @@ void Emitter::emit_loop_prologue(const ir::Inst& loop) {
   // In a loop, the previous run of this one may still have warps reading the ring's buffers.
   if (loop_depth_of(loop.regions[0].args[0]) > 1) barrier();
   const std::string lo = name(loop.operands[0]) + "[0]";
-  for (int j = 0; j < prefetch_distance(loop); ++j) emit_prefetch_round(loop, "pl_pre", lo + " + " + std::to_string(j));
+  if (!producer_serves(loop))
+    for (int j = 0; j < prefetch_distance(loop); ++j) emit_prefetch_round(loop, "pl_pre", lo + " + " + std::to_string(j));
   emit_tma_home_waits(loop);
   if (const PipelinedLoop* pipe = pipelined_loop(loop)) emit_pipeline_prologue(*pipe);
 }
@@ -461,14 +470,14 @@ void Emitter::emit_smem_load(const ir::Inst& in, const SmemTile& tile) {
   // first dot was issued, at the end of the previous iteration (a K loop, with no first dot,
   // waits here).
   const ir::Inst& loop = *pf->second.loop;
-  const std::string i = name(loop.regions[0].args[0]) + "[0]", lo = name(loop.operands[0]) + "[0]";
+  const std::string i = name(loop.regions[0].args[0]) + "[0]";
   if (prefetched_loads(loop).front() == &in) {
     const PipelinedLoop* pipe = pipelined_loop(loop);
     if (!pipe || !pipe->first_dot) emit_prefetch_wait(loop, i);
-    if (!rounds_after_last_dot_.count(&loop))
+    if (!rounds_after_last_dot_.count(&loop) && !producer_serves(loop))
       emit_prefetch_round(loop, "pl_nx", i + " + " + std::to_string(prefetch_distance(loop)));
   }
-  line("pl_u16* const " + home_expr(v) + " = " + home_buffer(v, i, lo) + ";");
+  line("pl_u16* const " + home_expr(v) + " = " + home_buffer(v, i) + ";");
 }
 
 void Emitter::emit_access_check(const ir::Inst& in) {

@@ -114,7 +114,8 @@ void Emitter::emit_tma_home_waits(const ir::Inst& loop) {
 }
 
 int64_t Emitter::tma_barrier_bytes() const {
-  return (static_cast<int64_t>(tma_rings_.size()) * stages_ + static_cast<int64_t>(tma_homes_.size())) * 8;
+  const int64_t rings = static_cast<int64_t>(tma_rings_.size()) * stages_ * (producer_warps_ > 0 ? 2 : 1);
+  return (rings + static_cast<int64_t>(tma_homes_.size())) * 8;
 }
 
 // The barriers sit in dynamic shared memory at `offset` (8-byte aligned): a static __shared__
@@ -124,6 +125,7 @@ std::string Emitter::tma_kernel_setup(int64_t offset) const {
   if (tma_rings_.empty() && tma_homes_.empty()) return "";
   std::string out;
   const int64_t homes_at = offset + static_cast<int64_t>(tma_rings_.size()) * stages_ * 8;
+  const int64_t empties_at = homes_at + static_cast<int64_t>(tma_homes_.size()) * 8;
   for (const auto& [v, index] : tma_homes_)
     out += "  unsigned long long* const pl_home_bar" + std::to_string(index) + " = (unsigned long long*)(pl_smem + " +
            std::to_string(homes_at + index * 8) + ");\n";
@@ -132,6 +134,10 @@ std::string Emitter::tma_kernel_setup(int64_t offset) const {
     out += "  unsigned long long* const pl_full" + r + " = (unsigned long long*)(pl_smem + " +
            std::to_string(offset + ring.index * stages_ * 8) + ");\n";
     out += "  unsigned pl_phase" + r + " = 0;  // bit s: the parity of slot s's next phase\n";
+    if (producer_serves(*loop))
+      out += "  unsigned long long* const pl_empty" + r + " = (unsigned long long*)(pl_smem + " +
+             std::to_string(empties_at + ring.index * stages_ * 8) + ");\n  int pl_base" + r +
+             " = 0;  // the ring's uses by earlier runs of its loop\n";
   }
   out += "  if (pl_tid() == 0) {\n";
   for (size_t m = 0; m < tensor_maps_.size(); ++m) out += "    pl_tma_prefetch_map(&pl_tmap" + std::to_string(m) + ");\n";
@@ -139,6 +145,10 @@ std::string Emitter::tma_kernel_setup(int64_t offset) const {
     out += "    for (int s = 0; s < " + std::to_string(stages_) + "; ++s) pl_mbar_init(&pl_full" +
            std::to_string(ring.index) + "[s], 1);\n";
   for (const auto& [v, index] : tma_homes_) out += "    pl_mbar_init(pl_home_bar" + std::to_string(index) + ", 1);\n";
+  for (const auto& [loop, ring] : tma_rings_)  // each consumer warp arrives once per use of a slot
+    if (producer_serves(*loop))
+      out += "    for (int s = 0; s < " + std::to_string(stages_) + "; ++s) pl_mbar_init(&pl_empty" +
+             std::to_string(ring.index) + "[s], " + std::to_string(threads_ / 32) + ");\n";
   out += "    pl_fence_mbar_init();\n  }\n  __syncthreads();\n";
   return out;
 }

@@ -234,6 +234,21 @@ class Emitter {
   // dot is committed (the tensor cores already busy) instead of before its warpgroup's MMAs.
   std::set<const ir::Inst*> rounds_after_last_dot_;
   std::vector<TensorMapSpec> tensor_maps_;
+  // Warp specialisation (emit_producer.cc): an extra producer warp, after the consumer warps,
+  // issues every round of the loops it serves, running ahead of the consumers by a whole ring;
+  // the consumers wait on the slots' full barriers, give each slot back on its empty barrier
+  // pl_empty<ring>[s] once the dots reading it are retired, and synchronise among themselves on
+  // a named barrier. threads_ stays the consumers' count.
+  int producer_warps_ = 0;
+  std::set<const ir::Inst*> producer_loops_;
+  std::vector<const ir::Inst*> producer_scalars_;  // top-level scalars the producer recomputes
+  std::string tma_issuer_ = "pl_tid() == 0";       // the condition under which copies are issued
+  void choose_producer();
+  bool producer_serves(const ir::Inst& loop) const { return producer_loops_.count(&loop) > 0; }
+  std::string producer_code();                     // the producer's body ("" without one)
+  void emit_consumer_release(const ir::Inst& loop);  // at the end of an iteration
+  void emit_consumer_loop_end(const ir::Inst& loop);  // after the loop
+  std::string program_id_decode() const;           // pl_pid<d> from the linear block index
   void choose_tma();
   bool tma_eligible(ir::ValueId v);  // adds v's tensor map when the TMA can load its tile
   const TmaRing* tma_ring(const ir::Inst& loop) const {
@@ -248,7 +263,10 @@ class Emitter {
   void emit_loop_prologue(const ir::Inst& loop);  // issues the first iterations' rounds
   std::vector<const ir::Inst*> prefetched_loads(const ir::Inst& loop) const;
   // The home buffer of a prefetched value for loop index `iteration` (a ring of stages_ buffers).
-  std::string home_buffer(ir::ValueId v, const std::string& iteration, const std::string& lo) const;
+  std::string home_buffer(ir::ValueId v, const std::string& iteration) const;
+  // The ring slot of loop index `iteration` (C++ text): (iteration - lo) % stages_, counted on from
+  // the earlier runs of the loop (pl_base<ring>) where the producer warp serves it.
+  std::string ring_slot(const ir::Inst& loop, const std::string& iteration) const;
   int64_t max_fragment_regs_ = 0;        // registers of the largest dot's mma fragments
   int stages_ = 3;                        // pipeline depth of prefetched loads (buffers per home)
   // Adds folded into a dot's accumulator: add result -> the dot it aliases.

@@ -1,0 +1,125 @@
+// Warp specialisation (sm_90a). In a software-pipelined K loop whose tiles all come through the
+// TMA, the consumers used to meet at a block-wide barrier every iteration so that thread 0 could
+// refill the buffer the previous dot had read, and the refill ran only stages - 2 iterations ahead.
+// Here one extra warp, after the consumer warps, does nothing but issue the copies: its lane 0
+// recomputes the loop's bounds and the loads' indices (top-level scalars only: program ids,
+// constants and arithmetic on them), and walks each served loop's iterations in order, filling
+// slot (i - lo) % stages once the consumers have given it back. The consumers wait on the slot's
+// full barrier as before; at the end of iteration i, where the dot of iteration i - 1 has been
+// retired (pl_wgmma_wait<1>), each consumer warp arrives on that slot's empty barrier. Their other
+// barriers become a named barrier among the consumer threads. PALLADIUM_CUDA_WARP_SPECIALIZE=0
+// keeps the single-role kernel.
+#include <cstdlib>
+
+#include "backends/cuda/emitter.h"
+
+namespace palladium::cuda {
+namespace {
+
+bool producer_computable(ir::Op op) {
+  const ir::Family f = ir::op_family(op);
+  return (f == ir::Family::Leaf && op != ir::Op::Iota) || f == ir::Family::Unary || f == ir::Family::Binary ||
+         f == ir::Family::Compare || f == ir::Family::Select || f == ir::Family::Cast;
+}
+
+}  // namespace
+
+void Emitter::choose_producer() {
+  const char* env = std::getenv("PALLADIUM_CUDA_WARP_SPECIALIZE");
+  if ((env && std::string(env) == "0") || tma_rings_.empty() || k_.any_sequential() || !reuse_barriers_.empty() ||
+      threads_ % 128 != 0 || threads_ + 32 > 1024)
+    return;
+  // The top-level scalars computable from program ids and constants alone.
+  std::set<ir::ValueId> known;
+  std::vector<const ir::Inst*> scalars;
+  for (const ir::Inst& in : k_.body.body) {
+    bool ok = in.regions.empty() && producer_computable(in.op) && !in.results.empty();
+    for (ir::ValueId r : in.results) ok = ok && type(r).shape.empty();
+    for (ir::ValueId o : in.operands) ok = ok && known.count(o);
+    if (!ok) continue;
+    scalars.push_back(&in);
+    known.insert(in.results.begin(), in.results.end());
+  }
+  const std::vector<ir::Inst>& top = k_.body.body;
+  for (const auto& [loop, ring] : tma_rings_) {
+    const PipelinedLoop* pipe = pipelined_loop(*loop);
+    if (ring.cp_async || !pipe || pipe->first_dot || loop < &top.front() || loop > &top.back()) continue;
+    // Every value a round reads from outside it: the bounds, the slices' and loads' free
+    // operands, the refs' block origins.
+    const ir::ValueId index = loop->regions[0].args[0];
+    std::set<ir::ValueId> needed{loop->operands[0], loop->operands[1]};
+    for (const ir::Inst* load : prefetched_loads(*loop)) {
+      const Prefetch& pf = prefetch.at(load->results[0]);
+      std::set<ir::ValueId> local{index};
+      for (const ir::Inst* d : pf.slice) local.insert(d->results.begin(), d->results.end());
+      auto need = [&](const ir::Inst& in) {
+        for (ir::ValueId o : in.operands)
+          if (!local.count(o)) needed.insert(o);
+      };
+      for (const ir::Inst* d : pf.slice) need(*d);
+      need(*load);
+      for (ir::ValueId o : k_.refs.at(static_cast<size_t>(load->i0)).origin) needed.insert(o);
+    }
+    bool ok = true;
+    for (ir::ValueId v : needed) ok = ok && known.count(v);
+    if (ok) producer_loops_.insert(loop);
+  }
+  if (producer_loops_.empty()) return;
+  producer_warps_ = 1;
+  producer_scalars_ = scalars;
+  for (const ir::Inst* loop : producer_loops_) rounds_after_last_dot_.erase(loop);
+}
+
+// Lane 0 of the producer warp: the scalars, then each served loop's rounds in program order, a
+// slot's refill waiting for the consumers' arrivals of its previous use (the k-th refill of a slot
+// waits for the k-th completion of its empty barrier, of parity (k - 1) & 1).
+std::string Emitter::producer_code() {
+  if (producer_warps_ == 0) return "";
+  std::ostringstream consumers;
+  consumers.swap(body_);
+  const int indent = indent_;
+  indent_ = 3;
+  tma_issuer_ = "true";
+  for (const ir::Inst* in : producer_scalars_) emit_inst_body(*in);
+  for (const ir::Inst& loop : k_.body.body) {
+    if (!producer_serves(loop)) continue;
+    const std::string lo = name(loop.operands[0]) + "[0]", hi = name(loop.operands[1]) + "[0]";
+    const std::string s = std::to_string(stages_), r = std::to_string(tma_ring(loop)->index);
+    open("for (" + reg_type(type(loop.regions[0].args[0]).dtype) + " pl_p = " + lo + "; pl_p < " + hi + "; ++pl_p)");
+    line("const int pl_use = pl_base" + r + " + (int)(pl_p - " + lo + ");  // uses of the ring so far");
+    line("if (pl_use >= " + s + ") pl_mbar_wait(&pl_empty" + r + "[pl_use % " + s + "], (unsigned)((pl_use / " + s +
+         " - 1) & 1));");
+    emit_prefetch_round(loop, "pl_nx", "pl_p");
+    close();
+    line("if (" + hi + " > " + lo + ") pl_base" + r + " += (int)(" + hi + " - " + lo + ");");
+  }
+  tma_issuer_ = "pl_tid() == 0";
+  indent_ = indent;
+  consumers.swap(body_);
+  return consumers.str();
+}
+
+// The end of iteration i of a served (pipelined K) loop: iteration i - 1's dot is retired, so its
+// slot goes back to the producer, one arrival per consumer warp.
+void Emitter::emit_consumer_release(const ir::Inst& loop) {
+  const std::string i = name(loop.regions[0].args[0]) + "[0]", lo = name(loop.operands[0]) + "[0]";
+  open("if (" + i + " > " + lo + ")");
+  line("__syncwarp();");
+  line("if (pl_lane() == 0) pl_mbar_arrive(&pl_empty" + std::to_string(tma_ring(loop)->index) + "[" +
+       ring_slot(loop, i + " - 1") + "]);");
+  close();
+}
+
+// After the loop, its last dot retired: the last iteration's slot goes back too (a later run of the
+// loop, for the block's next program, refills it), and the ring's count moves on.
+void Emitter::emit_consumer_loop_end(const ir::Inst& loop) {
+  const std::string lo = name(loop.operands[0]) + "[0]", hi = name(loop.operands[1]) + "[0]";
+  const std::string r = std::to_string(tma_ring(loop)->index);
+  open("if (" + hi + " > " + lo + ")");
+  line("__syncwarp();");
+  line("if (pl_lane() == 0) pl_mbar_arrive(&pl_empty" + r + "[" + ring_slot(loop, hi + " - 1") + "]);");
+  line("pl_base" + r + " += (int)(" + hi + " - " + lo + ");");
+  close();
+}
+
+}  // namespace palladium::cuda
