@@ -215,6 +215,10 @@ TEST(CudaTma, GraphReplaysEncodeTheMapsForTheirInputs) {
     const Array want = jnp::matmul(to_host(a).astype(f64), to_host(b).astype(f64));
     EXPECT_LT(rel_error(got, want), 1e-2) << "call " << i;
   }
+  // The calls after the first replayed the recorded graph (else the re-encoding went untested).
+  const Array a = to_device(normal(305, {256, 512}, bf16), kGpu), b = to_device(normal(405, {512, 384}, bf16), kGpu);
+  const std::string lowered = j.lower(a, b);
+  EXPECT_NE(lowered.find("replayed as a CUDA graph of"), std::string::npos) << lowered;
 }
 
 }  // namespace

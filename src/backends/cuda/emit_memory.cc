@@ -221,34 +221,29 @@ bool Emitter::emit_vector_memory(const ir::Inst& in, const Layout& l, ir::ValueI
 
 // A 16-bit tile loaded straight into its shared-memory home: 16-byte chunks through cp.async
 // where the row is contiguous, aligned and in bounds, element by element (zero padding) elsewhere.
+std::vector<ValueDim> value_dims(const ir::Inst& in, const ir::RefParam& p) {
+  std::vector<ValueDim> out;
+  size_t ref_dim = 0;
+  for (size_t ad = 0; ad < p.array_shape.size(); ++ad) {
+    if (p.squeezed[ad]) continue;
+    const ir::IndexEntry& ix = in.index[ref_dim++];
+    if (!ix.scalar) out.push_back({ad, ix.stride, ix.gather});
+  }
+  return out;
+}
+
 void Emitter::emit_home_fill(const ir::Inst& in, const SmemTile& tile, const std::string& home) {
   touched_shared_ = true;
   const ir::RefParam& p = k_.refs.at(static_cast<size_t>(in.i0));
   const int64_t rows = tile.rows, cols = tile.cols;
   // Is the value's dimension 1 the array's innermost dimension, with unit stride?
-  size_t ref_dim = 0, value_dim = 0, array_of_value1 = SIZE_MAX;
-  for (size_t ad = 0; ad < p.array_shape.size(); ++ad) {
-    if (p.squeezed[ad]) continue;
-    if (!in.index[ref_dim].scalar) {
-      if (value_dim == 1 && in.index[ref_dim].stride == 1) array_of_value1 = ad;
-      ++value_dim;
-    }
-    ++ref_dim;
-  }
-  const bool contiguous = array_of_value1 == p.array_shape.size() - 1 && cols % 8 == 0;
+  const std::vector<ValueDim> dims = value_dims(in, p);
+  const bool contiguous = dims.size() > 1 && dims[1].stride == 1 && dims[1].array_dim == p.array_shape.size() - 1 &&
+                          cols % 8 == 0;
   const std::string ptr = "pl_ref" + std::to_string(in.i0);
   // Element offset between consecutive rows of the tile (array stride of the value's dimension 0
   // times its index stride).
-  int64_t row_step = 0;
-  {
-    const std::vector<int64_t> astride = row_major_strides(p.array_shape);
-    size_t rd = 0, vd = 0;
-    for (size_t ad = 0; ad < p.array_shape.size(); ++ad) {
-      if (p.squeezed[ad]) continue;
-      if (!in.index[rd].scalar && vd++ == 0) row_step = astride[ad] * in.index[rd].stride;
-      ++rd;
-    }
-  }
+  const int64_t row_step = dims.empty() ? 0 : row_major_strides(p.array_shape)[dims[0].array_dim] * dims[0].stride;
   if (contiguous && row_step % 8 == 0) {
     // The whole tile inside the array and 16-byte aligned (the common, interior case): one
     // cp.async per chunk with no per-chunk checks.

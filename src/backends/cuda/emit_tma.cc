@@ -37,16 +37,9 @@ bool Emitter::tma_eligible(ir::ValueId v) {
   bool ok = true;
   for (int64_t d : p.array_shape) ok = ok && d >= 1 && d <= (int64_t{1} << 31) - 1;
   // The array dimensions of the tile's two dimensions; both must have unit index strides.
-  std::vector<size_t> value_dims;
-  size_t ref_dim = 0;
-  for (size_t ad = 0; ad < rank; ++ad) {
-    if (p.squeezed[ad]) continue;
-    const ir::IndexEntry& ix = in.index[ref_dim++];
-    if (ix.scalar) continue;
-    ok = ok && ix.stride == 1 && !ix.gather;
-    value_dims.push_back(ad);
-  }
-  if (!ok || value_dims.size() != 2 || value_dims[1] != rank - 1) return false;
+  const std::vector<ValueDim> dims = value_dims(in, p);
+  for (const ValueDim& d : dims) ok = ok && d.stride == 1 && !d.gather;
+  if (!ok || dims.size() != 2 || dims[1].array_dim != rank - 1) return false;
   TensorMapSpec spec;
   spec.ref = static_cast<int>(in.i0);
   spec.dtype = p.dtype;
@@ -55,7 +48,7 @@ bool Emitter::tma_eligible(ir::ValueId v) {
     const size_t ad = rank - 1 - i;
     spec.dims.push_back(p.array_shape[ad]);
     if (i > 0) spec.byte_strides.push_back(stride[ad] * 2);
-    spec.box.push_back(ad == rank - 1 ? 64 : ad == value_dims[0] ? tile.rows : 1);
+    spec.box.push_back(ad == rank - 1 ? 64 : ad == dims[0].array_dim ? tile.rows : 1);
   }
   tma_loads_[v] = TmaLoad{static_cast<int>(tensor_maps_.size())};
   tensor_maps_.push_back(spec);

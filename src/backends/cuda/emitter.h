@@ -60,6 +60,15 @@ inline constexpr int64_t kSharedReserve = 1024;
 // The dtypes of the tensor cores' 16-bit operands (and of shared-memory homes).
 inline bool is_16bit_float(DType t) { return t == DType::float16 || t == DType::bfloat16; }
 
+// The array dimension, index stride and gather flag of each dimension of a load's value (its
+// index entries that are not scalars, squeezed array dimensions skipped).
+struct ValueDim {
+  size_t array_dim = 0;
+  int64_t stride = 1;
+  bool gather = false;
+};
+std::vector<ValueDim> value_dims(const ir::Inst& in, const ir::RefParam& p);
+
 class Emitter {
  public:
   Emitter(const ir::Kernel& k, const CompilerParams& params, const Target& target);
