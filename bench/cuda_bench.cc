@@ -364,6 +364,29 @@ void bench_autotune() {
   });
 }
 
+// One launch of each kernel the profile looks at (tools/gpu_run.sh profile runs Nsight Compute on
+// them): the bf16 matmul 4096^3 at 128 x 256 tiles and 4 stages, then for the first attention case
+// (PL_BENCH_ATTN_D / PL_BENCH_ATTN_SEQ pick it) the forward at blocks 128 x 128 and the forward and
+// backward at the defaults of the fwd+bwd rows (128, backward 64).
+void bench_profile_launches() {
+  const int64_t n = 4096;
+  const pl::Array a = pl::to_device(pl::random::normal(pl::random::key(1), {n, n}, pl::bf16), gpu());
+  const pl::Array b = pl::to_device(pl::random::normal(pl::random::key(2), {n, n}, pl::bf16), gpu());
+  pl::Array out = matmul_call(n, 128, 256, 64, 8, 4)(a, b);
+  bool done = false;
+  for_each_attention_case([&](const AttentionCase& c) {
+    if (done) return;
+    done = true;
+    pl::ops::MhaOptions o{.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d))),
+                          .block_q = 128, .block_k = 128, .backend = "cuda"};
+    out = pl::ops::mha(c.q, c.k, c.v, pl::Array(), o);
+    o.block_k = 128;
+    o.backward_block = 64;
+    (void)pl::ops::mha_vjp(c.q, c.k, c.v, pl::Array(), o).backward(c.dout);
+  });
+  pl::to_host(out);
+}
+
 void bench_attention() {
   // fast_math (the default of ops::mha, as Triton's exp); PL_BENCH_EXACT_EXP=1 adds the exact
   // libdevice exp for comparison.
@@ -909,6 +932,7 @@ int main(int argc, char** argv) {
       else if (p == "paged") bench_paged();
       else if (p == "grad-attention") bench_grad_attention();
       else if (p == "launch") bench_launch();
+      else if (p == "profile-launches") bench_profile_launches();
       else if (p == "program") bench_program();
     } catch (const std::exception& e) {
       fail(p + ": " + e.what());

@@ -108,12 +108,15 @@ for part in "${parts[@]}"; do
       for f in /tmp/pl-dbg/*.cubin; do
         echo "== $f"; cuobjdump -sass "$f" | grep -oE "^ +/\*[0-9a-f]+\*/ +[A-Z0-9_.]+" | awk '{print $2}' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -25
       done >"$OUT/sass.log" 2>&1
-      stage ncu_matmul 120 ncu -k regex:pl_matmul --launch-count 1 --section SpeedOfLight --section WarpStateStats \
-        --section SchedulerStats --section LaunchStats --section Occupancy "$BIN/cuda_bench" matmul
-      grep -E "Throughput|Stall|Warp Cycles|Issued|Eligible|Registers|Achieved|Theoretical Occ|Duration|Block Limit" "$OUT/ncu_matmul.log" | head -60
-      stage ncu_attention 120 ncu -k regex:pl_mha --launch-count 1 --section SpeedOfLight --section WarpStateStats \
-        --section SchedulerStats --section LaunchStats --section Occupancy "$BIN/cuda_bench" attention
-      grep -E "Throughput|Stall|Warp Cycles|Issued|Eligible|Registers|Achieved|Theoretical Occ|Duration|Block Limit" "$OUT/ncu_attention.log" | head -60
+      # One launch each (cuda_bench profile-launches): the matmul 4096^3 at 128 x 256 tiles, the
+      # attention forward d128 s2048 and its forward+backward; the tensor pipes, issue slots, stalls.
+      PL_BENCH_ATTN_D=${PL_BENCH_ATTN_D:-128} PL_BENCH_ATTN_SEQ=${PL_BENCH_ATTN_SEQ:-2048} \
+        stage ncu_kernels 240 ncu --clock-control none -k regex:'pl_matmul|pl_mha' --launch-count 5 \
+        --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section LaunchStats \
+        --section Occupancy --section ComputeWorkloadAnalysis \
+        "$BIN/cuda_bench" profile-launches
+      grep -E "^  pl_|Duration|Compute \(SM\) Throughput|Memory Throughput|Issue Slots Busy|Issued Warp|No Eligible|Eligible Warps|Warp Cycles Per Issued|Registers Per|Achieved Occ|Block Limit (Reg|Shared)|Pipe|Tensor|Stall" \
+        "$OUT/ncu_kernels.log" | head -120
       ;;
     quicktests)
       # The cuda-only tests and the ops on cuda: a short check before benchmarks. A failure stays

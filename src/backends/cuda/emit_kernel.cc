@@ -399,40 +399,6 @@ void Emitter::emit_control(const ir::Inst& in) {
 
 // ---------------------------------------------------------------- the kernel
 
-// Program ids from the block's linear index `pl_rest`: row-major over the parallel axes, the last
-// axis fastest. A warp-specialised kernel (a matmul's K loop: each program reads a row block of
-// one operand and a column block of the other) walks its two innermost parallel axes in groups of
-// `group` along the outer one instead, so that the programs running at once share fewer, more
-// reused operand blocks in L2 (PALLADIUM_CUDA_RASTER_GROUP, 0 for the plain order). The parallel
-// programs are independent, so any order is theirs.
-std::string Emitter::program_id_decode() const {
-  std::vector<size_t> parallel;
-  for (size_t d = 0; d < k_.grid.size(); ++d)
-    if (!k_.is_sequential(d)) parallel.push_back(d);
-  int64_t group = 8;
-  if (const char* env = std::getenv("PALLADIUM_CUDA_RASTER_GROUP"); env && *env) group = std::atoll(env);
-  std::ostringstream src;
-  size_t plain = parallel.size();
-  if (producer_warps_ > 0 && group > 1 && parallel.size() >= 2 && k_.grid[parallel[plain - 2]] > 1) {
-    const size_t a = parallel[plain - 2], b = parallel[plain - 1];
-    const int64_t rows = k_.grid[a], cols = k_.grid[b], span = group * cols;
-    src << "  const long long pl_tile = pl_rest % " << rows * cols << "ll;\n";
-    src << "  pl_rest /= " << rows * cols << "ll;\n";
-    src << "  const long long pl_first = (pl_tile / " << span << "ll) * " << group << "ll;\n";
-    src << "  const long long pl_height = " << rows << "ll - pl_first < " << group << "ll ? " << rows
-        << "ll - pl_first : " << group << "ll;\n";
-    src << "  const int pl_pid" << a << " = (int)(pl_first + (pl_tile % " << span << "ll) % pl_height);\n";
-    src << "  const int pl_pid" << b << " = (int)((pl_tile % " << span << "ll) / pl_height);\n";
-    plain -= 2;
-  }
-  for (size_t j = plain; j-- > 0;) {
-    const size_t d = parallel[j];
-    src << "  const int pl_pid" << d << " = (int)(pl_rest % " << k_.grid[d] << "ll);\n";
-    src << "  pl_rest /= " << k_.grid[d] << "ll;\n";
-  }
-  src << "  (void)pl_rest;\n";
-  return src.str();
-}
 
 static std::string sanitize(const std::string& s) {
   std::string out;

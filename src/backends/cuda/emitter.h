@@ -257,7 +257,11 @@ class Emitter {
   std::string producer_code();                     // the producer's body ("" without one)
   void emit_consumer_release(const ir::Inst& loop);  // at the end of an iteration
   void emit_consumer_loop_end(const ir::Inst& loop);  // after the loop
-  std::string program_id_decode() const;           // pl_pid<d> from the linear block index
+  // The programs' walk (program_order.cc): pl_pid<d> from the linear block index, the parallel
+  // axes outermost first, and the grid axes a value's program ids come from.
+  std::string program_id_decode() const;
+  std::vector<size_t> program_order() const;
+  std::set<size_t> program_axes_of(ir::ValueId v) const;
   void choose_tma();
   bool tma_eligible(ir::ValueId v);  // adds v's tensor map when the TMA can load its tile
   const TmaRing* tma_ring(const ir::Inst& loop) const {
