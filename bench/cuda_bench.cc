@@ -380,7 +380,6 @@ void bench_profile_launches() {
     pl::ops::MhaOptions o{.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d))),
                           .block_q = 128, .block_k = 128, .backend = "cuda"};
     out = pl::ops::mha(c.q, c.k, c.v, pl::Array(), o);
-    o.block_k = 128;
     o.backward_block = 64;
     (void)pl::ops::mha_vjp(c.q, c.k, c.v, pl::Array(), o).backward(c.dout);
   });

@@ -399,7 +399,6 @@ void Emitter::emit_control(const ir::Inst& in) {
 
 // ---------------------------------------------------------------- the kernel
 
-
 static std::string sanitize(const std::string& s) {
   std::string out;
   for (char c : s) out += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
@@ -548,14 +547,13 @@ GeneratedKernel Emitter::run() {
     src << "  if (pl_warp() >= " << threads_ / 32 << ") {\n    if (pl_lane() == 0) {\n"
         << programs << program << producer << "  }\n    }\n  } else {\n"
         << programs << program << body_.str() << "  pl_consumer_barrier<" << threads_ << ">();\n  }\n  }\n";
-  } else if (producer_warps_ > 0) {
-    src << "  const long long pl_linear = " << linear << ";\n  (void)pl_linear;\n";
-    // The producer warp's lane 0 issues the rings' copies; the consumer warps run the body.
-    src << "  if (pl_warp() >= " << threads_ / 32 << ") {\n    if (pl_lane() == 0) {\n"
-        << producer << "    }\n  } else {\n" << body_.str() << "  }\n";
   } else {
     src << "  const long long pl_linear = " << linear << ";\n  (void)pl_linear;\n";
-    src << body_.str();
+    if (producer_warps_ > 0)  // the producer warp's lane 0 issues the rings' copies; the consumer warps run the body
+      src << "  if (pl_warp() >= " << threads_ / 32 << ") {\n    if (pl_lane() == 0) {\n"
+          << producer << "    }\n  } else {\n" << body_.str() << "  }\n";
+    else
+      src << body_.str();
   }
   if (k_.any_sequential()) src << "  __syncthreads();\n  }\n";
   if (g.scratch_bytes > 0) {

@@ -219,8 +219,6 @@ bool Emitter::emit_vector_memory(const ir::Inst& in, const Layout& l, ir::ValueI
   return true;
 }
 
-// A 16-bit tile loaded straight into its shared-memory home: 16-byte chunks through cp.async
-// where the row is contiguous, aligned and in bounds, element by element (zero padding) elsewhere.
 std::vector<ValueDim> value_dims(const ir::Inst& in, const ir::RefParam& p) {
   std::vector<ValueDim> out;
   size_t ref_dim = 0;
@@ -232,6 +230,8 @@ std::vector<ValueDim> value_dims(const ir::Inst& in, const ir::RefParam& p) {
   return out;
 }
 
+// A 16-bit tile loaded straight into its shared-memory home: 16-byte chunks through cp.async
+// where the row is contiguous, aligned and in bounds, element by element (zero padding) elsewhere.
 void Emitter::emit_home_fill(const ir::Inst& in, const SmemTile& tile, const std::string& home) {
   touched_shared_ = true;
   const ir::RefParam& p = k_.refs.at(static_cast<size_t>(in.i0));
@@ -441,7 +441,7 @@ void Emitter::emit_smem_load(const ir::Inst& in, const SmemTile& tile) {
   if (auto th = tma_homes_.find(v); th != tma_homes_.end()) {  // awaited by the dots reading it
     open("");
     line("unsigned long long* const pl_bar = pl_home_bar" + std::to_string(th->second) + ";");
-    line("if (pl_tid() == 0) pl_mbar_expect_tx(pl_bar, " + std::to_string(tile.bytes()) + "u);");
+    line("if (" + tma_issuer_ + ") pl_mbar_expect_tx(pl_bar, " + std::to_string(tile.bytes()) + "u);");
     emit_tma_issue(in, "((pl_u16*)(pl_smem + " + std::to_string(tile.offset) + "))");
     close();
     return;
@@ -469,7 +469,7 @@ void Emitter::emit_smem_load(const ir::Inst& in, const SmemTile& tile) {
   if (prefetched_loads(loop).front() == &in) {
     const PipelinedLoop* pipe = pipelined_loop(loop);
     if (!pipe || !pipe->first_dot) emit_prefetch_wait(loop, i);
-    if (!rounds_after_last_dot_.count(&loop) && !producer_serves(loop))
+    if (round_issue(loop) == RoundIssue::AtLoads)
       emit_prefetch_round(loop, "pl_nx", i + " + " + std::to_string(prefetch_distance(loop)));
   }
   line("pl_u16* const " + home_expr(v) + " = " + home_buffer(v, i) + ";");

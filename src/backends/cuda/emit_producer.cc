@@ -17,9 +17,7 @@ namespace palladium::cuda {
 namespace {
 
 bool producer_computable(ir::Op op) {
-  const ir::Family f = ir::op_family(op);
-  return (f == ir::Family::Leaf && op != ir::Op::Iota) || f == ir::Family::Unary || f == ir::Family::Binary ||
-         f == ir::Family::Compare || f == ir::Family::Select || f == ir::Family::Cast;
+  return (ir::op_family(op) == ir::Family::Leaf && op != ir::Op::Iota) || is_index_arith(op);
 }
 
 }  // namespace
@@ -64,12 +62,11 @@ void Emitter::choose_producer() {
     }
     bool ok = true;
     for (ir::ValueId v : needed) ok = ok && known.count(v);
-    if (ok) producer_loops_.insert(loop);
+    if (!ok) continue;
+    round_issue_[loop] = RoundIssue::Producer;
+    producer_warps_ = 1;
   }
-  if (producer_loops_.empty()) return;
-  producer_warps_ = 1;
-  producer_scalars_ = scalars;
-  for (const ir::Inst* loop : producer_loops_) rounds_after_last_dot_.erase(loop);
+  if (producer_warps_ > 0) producer_scalars_ = std::move(scalars);
 }
 
 // Lane 0 of the producer warp: the scalars, then each served loop's rounds in program order, a

@@ -80,7 +80,7 @@ void Emitter::choose_tma() {
     ring.index = index++;
     const auto pipe = pipelined_.find(loop);
     if (!ring.cp_async && pipe != pipelined_.end() && !pipe->second.first_dot && !(late && std::string(late) == "0"))
-      rounds_after_last_dot_.insert(loop);
+      round_issue_[loop] = RoundIssue::AfterLastDot;
   }
 }
 

@@ -109,7 +109,7 @@ void Emitter::emit_wgmma(const ir::Inst& in, ir::ValueId a, ir::ValueId b, bool 
   // A pipelined K loop's TMA round, once the iteration's dot is on the tensor cores: the buffer it
   // fills was freed at the barrier after this iteration's wait.
   if (auto p = pipelined_by_dot_.find(&in); p != pipelined_by_dot_.end() && p->second->last_dot == &in &&
-                                            rounds_after_last_dot_.count(p->second->loop)) {
+                                            round_issue(*p->second->loop) == RoundIssue::AfterLastDot) {
     const ir::Inst& loop = *p->second->loop;
     emit_prefetch_round(loop, "pl_nx", name(loop.regions[0].args[0]) + "[0] + " + std::to_string(prefetch_distance(loop)));
   }

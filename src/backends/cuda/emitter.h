@@ -57,6 +57,13 @@ struct SmemTile {
 // Shared memory kept free of planned tiles: static __shared__ variables of the generated kernel.
 inline constexpr int64_t kSharedReserve = 1024;
 
+// Elementwise op families that index arithmetic is made of (with the leaves each analysis allows).
+inline bool is_index_arith(ir::Op op) {
+  const ir::Family f = ir::op_family(op);
+  return f == ir::Family::Unary || f == ir::Family::Binary || f == ir::Family::Compare || f == ir::Family::Select ||
+         f == ir::Family::Cast;
+}
+
 // The dtypes of the tensor cores' 16-bit operands (and of shared-memory homes).
 inline bool is_16bit_float(DType t) { return t == DType::float16 || t == DType::bfloat16; }
 
@@ -197,8 +204,8 @@ class Emitter {
   std::map<ir::ValueId, SmemTile> smem_home;
   std::set<ir::ValueId> skip_registers;  // values that exist only in their smem home
   // Loads in a loop body whose tile is prefetched: TMA (emit_tma.cc) or cp.async copies into a
-  // ring of stages_ buffers, prefetch_distance() iterations ahead. The loop, and the scalar instructions computing the
-  // load's indices, re-emitted for the iteration prefetched.
+  // ring of stages_ buffers, prefetch_distance() iterations ahead. The loop, and the scalar
+  // instructions computing the load's indices, re-emitted for the iteration prefetched.
   struct Prefetch {
     const ir::Inst* loop = nullptr;
     std::vector<const ir::Inst*> slice;
@@ -239,9 +246,18 @@ class Emitter {
   std::set<ir::ValueId> tma_homes_waited_;  // awaited before a top-level loop reading them
   void emit_tma_home_waits(const ir::Inst& loop);
   std::map<const ir::Inst*, TmaRing> tma_rings_;  // by loop
-  // Pipelined K loops whose rounds are all TMA copies: thread 0 issues them after the iteration's
-  // dot is committed (the tensor cores already busy) instead of before its warpgroup's MMAs.
-  std::set<const ir::Inst*> rounds_after_last_dot_;
+  // Who issues a loop's prefetch rounds, and where (choose_tma, choose_producer):
+  //  AtLoads       thread 0 at the iteration's first prefetched load, past the wait's barrier;
+  //  AfterLastDot  thread 0 once the iteration's dot is committed (a pipelined K loop whose rounds
+  //                are all TMA copies: the tensor cores are busy before warp 0 issues copies);
+  //  Producer      the producer warp, a whole ring ahead (emit_producer.cc).
+  enum class RoundIssue { AtLoads, AfterLastDot, Producer };
+  std::map<const ir::Inst*, RoundIssue> round_issue_;  // loops absent issue AtLoads
+  RoundIssue round_issue(const ir::Inst& loop) const {
+    auto it = round_issue_.find(&loop);
+    return it == round_issue_.end() ? RoundIssue::AtLoads : it->second;
+  }
+  bool producer_serves(const ir::Inst& loop) const { return round_issue(loop) == RoundIssue::Producer; }
   std::vector<TensorMapSpec> tensor_maps_;
   // Warp specialisation (emit_producer.cc): an extra producer warp, after the consumer warps,
   // issues every round of the loops it serves, running ahead of the consumers by a whole ring;
@@ -249,11 +265,9 @@ class Emitter {
   // pl_empty<ring>[s] once the dots reading it are retired, and synchronise among themselves on
   // a named barrier. threads_ stays the consumers' count.
   int producer_warps_ = 0;
-  std::set<const ir::Inst*> producer_loops_;
   std::vector<const ir::Inst*> producer_scalars_;  // top-level scalars the producer recomputes
   std::string tma_issuer_ = "pl_tid() == 0";       // the condition under which copies are issued
   void choose_producer();
-  bool producer_serves(const ir::Inst& loop) const { return producer_loops_.count(&loop) > 0; }
   std::string producer_code();                     // the producer's body ("" without one)
   void emit_consumer_release(const ir::Inst& loop);  // at the end of an iteration
   void emit_consumer_loop_end(const ir::Inst& loop);  // after the loop

@@ -105,10 +105,7 @@ void Emitter::find_prefetches(const std::vector<std::pair<ir::ValueId, bool>>& h
           auto it = local.find(x);
           if (it == local.end()) return loop_depth_of(x) < loop_depth_of(v);  // defined outside the loop
           const ir::Inst* d = it->second;
-          const ir::Family f = ir::op_family(d->op);
-          const bool scalar_op = (f == ir::Family::Leaf && d->op == ir::Op::Const) || f == ir::Family::Unary ||
-                                 f == ir::Family::Binary || f == ir::Family::Compare || f == ir::Family::Select ||
-                                 f == ir::Family::Cast;
+          const bool scalar_op = d->op == ir::Op::Const || is_index_arith(d->op);
           if (!scalar_op || numel(type(x).shape) != 1) return false;
           if (!slice.insert(d).second) return true;
           for (ir::ValueId o : d->operands)
