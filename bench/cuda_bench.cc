@@ -423,18 +423,25 @@ void bench_attention_backward() {
   // The defaults are forward 128 and backward 64. On an H100 (stop 26) a third backward stage
   // (one program per SM instead of two) ran at 0.73-0.93x these, and backward blocks of 128 at
   // 0.75-1.0x; 8 warps at block 64 had measured 0.55-0.7x the backend's 4.
+  // "atomic": dq by atomic adds in the dk/dv scan (MhaBackwardDq::Atomic), five dots per block
+  // pair instead of the seed's seven (0.74-0.87x the seed's way on an H100, stop 30).
   struct Config {
     int64_t fwd_block, bwd_block;
     int stages;
+    pl::ops::MhaBackwardDq dq;
   };
+  using Dq = pl::ops::MhaBackwardDq;
   for_each_attention_case([](const AttentionCase& c) {
-    for (Config cfg : {Config{128, 64, 0}, Config{64, 64, 0}}) {
+    for (Config cfg : {Config{128, 64, 0, Dq::SeparateLoop}, Config{64, 64, 0, Dq::SeparateLoop},
+                       Config{128, 64, 0, Dq::Atomic}}) {
       pl::ops::MhaOptions o{.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d))),
                             .causal = c.causal, .block_q = cfg.fwd_block, .block_k = cfg.fwd_block, .backend = "cuda"};
       o.backward_block = cfg.bwd_block;
+      o.backward_dq = cfg.dq;
       if (cfg.stages) o.backward_num_stages = cfg.stages;
       const std::string name = "palladium mha_vjp f" + std::to_string(cfg.fwd_block) + " b" +
-                               std::to_string(cfg.bwd_block) + (cfg.stages ? " s" + std::to_string(cfg.stages) : "");
+                               std::to_string(cfg.bwd_block) + (cfg.stages ? " s" + std::to_string(cfg.stages) : "") +
+                               (cfg.dq == Dq::Atomic ? " atomic" : "");
       try {
         const double ms = events_ms([&] { (void)pl::ops::mha_vjp(c.q, c.k, c.v, pl::Array(), o).backward(c.dout); }, 3);
         report("attn fwd+bwd", c.tag(), name, ms, tflops(3.5 * c.forward_flops(), ms));

@@ -12,6 +12,8 @@
 
 namespace palladium::ops {
 
+enum class MhaBackwardDq { SeparateLoop, Atomic };
+
 struct MhaOptions {
   float sm_scale = 1.0f;
   bool causal = false;
@@ -34,6 +36,13 @@ struct MhaOptions {
   // block_q == block_k). At 128 the backward's tiles overflow the registers (H100, head_dim 64:
   // 25 TF/s against 161 at 64), so 64 is the default.
   int64_t backward_block = 64;
+  // How the backward computes dq. SeparateLoop is the seed's: a second scan over key blocks in
+  // each program, which recomputes q k^T and dout v^T (seven dots per pair of blocks). Atomic adds
+  // each block pair's ds @ k into a float32 dq during the first scan (five dots, FlashAttention-2's
+  // way); the order of those adds varies from run to run, so dq's last float32 bits do too. On an
+  // H100 Atomic ran 0.74-0.87x SeparateLoop's speed (stop 30, job 2): its adds move seq/block
+  // times dq's bytes through L2 (4.3 GB at d128, s2048, block 64), more than two dots cost.
+  MhaBackwardDq backward_dq = MhaBackwardDq::SeparateLoop;
   // The forward's block_q and block_k chosen by timing the shapes among 128 and 64 that divide the
   // sequence, at the first call of each input signature on each device (pl::autotune; remembered in
   // the disk cache). block_q and block_k are then ignored by the forward.

@@ -10,6 +10,12 @@ PL_DEVICE pl_i64 pl_atomic_add(pl_i64* p, pl_i64 v) {
   return (pl_i64)atomicAdd((pl_u64*)p, (pl_u64)v);
 }
 PL_DEVICE float pl_atomic_add(float* p, float v) { return atomicAdd(p, v); }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// Two adjacent float32 adds in one reduction, old values unread (sm_90; p 8-byte aligned).
+PL_DEVICE void pl_red_add_pair(float* p, float a, float b) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b) : "memory");
+}
+#endif
 PL_DEVICE double pl_atomic_add(double* p, double v) { return atomicAdd(p, v); }
 
 PL_DEVICE pl_i32 pl_atomic_max(pl_i32* p, pl_i32 v) { return atomicMax(p, v); }

@@ -17,6 +17,18 @@ struct WgmmaOn {
   test_support::ScopedEnv env{"PALLADIUM_CUDA_WGMMA", "1"};
 };
 
+// The text of the first loop over a kernel loop index in a generated source (empty when none).
+std::string first_loop(const std::string& source) {
+  const size_t loop = source.find("for (pl_i32 pl_i");
+  if (loop == std::string::npos) return "";
+  size_t end = source.find('{', loop);
+  for (int depth = 0; end < source.size(); ++end) {  // the loop's closing brace
+    depth += source[end] == '{' ? 1 : source[end] == '}' ? -1 : 0;
+    if (depth == 0) break;
+  }
+  return source.substr(loop, end - loop);
+}
+
 TEST(CudaWgmma, DotOrientations) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;
@@ -171,19 +183,84 @@ TEST(CudaWgmma, AttentionBackwardRunsEveryDotOnWgmmaInSharedTilesOfOneLoop) {
   EXPECT_LE(homes, 112 * 1024) << "the two loops' tiles do not share memory";
   // The dK/dV loop: the first dot stays in flight while lse and delta are loaded, and its body has
   // three barriers (the tiles' arrival, then one after each of the P and dS stores).
-  const size_t loop = source.find("for (pl_i32 pl_i");
-  ASSERT_NE(loop, std::string::npos);
-  size_t end = source.find('{', loop);
-  for (int depth = 0; end < source.size(); ++end) {  // the loop's closing brace
-    depth += source[end] == '{' ? 1 : source[end] == '}' ? -1 : 0;
-    if (depth == 0) break;
-  }
-  const std::string body = source.substr(loop, end - loop);
+  const std::string body = first_loop(source);
+  ASSERT_FALSE(body.empty()) << "no loop in the generated source";
   const size_t commit = body.find("pl_wgmma_commit();");
   ASSERT_NE(commit, std::string::npos);
   EXPECT_LT(body.find("pl_ref5["), body.find("pl_wgmma_wait<0>();"));
   EXPECT_GT(body.find("pl_ref5["), commit);
   EXPECT_EQ(test_support::count_of(body, "__syncthreads();"), 3u);
+}
+
+// MhaBackwardDq::Atomic: five dots per block pair, all on wgmma. The two pairs of independent
+// dots (dv and dp, then dk and dq, which read one shared P^T or dS tile) are issued together and
+// retired by one wait each; the dq adds need no barrier and go out as pairs. Then against float64.
+TEST(CudaWgmma, AtomicDqBackwardJoinsIndependentDotsAndPairsItsAdds) {
+  PL_REQUIRE_NVRTC();
+  WgmmaOn on;
+  GeneratedSources sources("bwd-atomic-test");
+  const Shape shape{1, 256, 2, 128};
+  Array q = normal(41, shape, bf16), k = normal(42, shape, bf16), v = normal(43, shape, bf16),
+        dout = normal(44, shape, bf16);
+  pl::ops::MhaOptions o{.sm_scale = 0.0883f, .causal = true, .backend = "cuda", .debug = true};
+  o.backward_dq = pl::ops::MhaBackwardDq::Atomic;
+  expect_attention_matches_reference(q, k, v, Array(), dout, o);
+  const std::string source = sources.source("mha_backward_atomic_dq");
+  ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
+  EXPECT_EQ(test_support::count_of(source, "pl_wgmma_n") - test_support::count_of(source, "void pl_wgmma_n"), 5u);
+  const std::string body = first_loop(source);
+  ASSERT_FALSE(body.empty()) << "no loop in the generated source";
+  EXPECT_EQ(test_support::count_of(body, "pl_wgmma_wait<0>();"), 3u);  // q k^T; dv with dp; dk with dq
+  EXPECT_EQ(test_support::count_of(body, "__syncthreads();"), 3u);     // the tiles' arrival, P^T, dS stored
+  EXPECT_NE(body.find("pl_red_add_pair("), std::string::npos);
+}
+
+// The causal mask's key span, start_k * block_k + arange(block_k) made a row, is computed in the
+// mask's layout from its scalars instead of going through shared memory: the forward's loop keeps
+// its one barrier (the tiles' arrival). Then against float64.
+TEST(CudaWgmma, CausalSpansAreRecomputedNotExchanged) {
+  PL_REQUIRE_NVRTC();
+  WgmmaOn on;
+  GeneratedSources sources("causal-span-test");
+  const Shape shape{1, 512, 2, 128};
+  Array q = normal(45, shape, bf16), k = normal(46, shape, bf16), v = normal(47, shape, bf16);
+  pl::ops::MhaOptions o{.sm_scale = 0.0883f, .causal = true, .block_q = 128, .block_k = 128, .backend = "cuda",
+                        .debug = true};
+  expect_attention_matches_reference(q, k, v, Array(), Array(), o);
+  const std::string source = sources.source("mha_forward");
+  ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
+  const std::string body = first_loop(source);
+  ASSERT_FALSE(body.empty()) << "no loop in the generated source";
+  EXPECT_EQ(test_support::count_of(body, "__syncthreads();"), 1u);
+  EXPECT_EQ(body.find("pl_stage_s"), std::string::npos);
+}
+
+// Atomic adds of a wgmma accumulator whose old values nobody reads: adjacent columns go out as one
+// red.global.add.v2.f32 where the pair is aligned (from column 0) and element by element where not
+// (from column 1). Two programs add their halves of K into the same rows.
+TEST(CudaWgmma, AtomicAddsOfAnAccumulatorPairUp) {
+  PL_REQUIRE_NVRTC();
+  WgmmaOn on;
+  for (int64_t col : {0, 1}) {
+    SCOPED_TRACE("first column " + std::to_string(col));
+    GeneratedSources sources("atomic-pairs-test");
+    auto kernel = [col](pl::Ref x, pl::Ref y, pl::Ref, pl::Ref o) {
+      pl::atomic_add(o, pl::idx(pl::slice(), pl::ds(col, 40)), pl::dot(x[pl::all], y[pl::all]));
+    };
+    check_kernel(kernel, {ShapeDtype({64, 41}, f32)},
+                 {.grid = {2},
+                  .in_specs = {BlockSpec({64, 32}, [](Index i) { return idx(0, i); }),
+                               BlockSpec({32, 40}, [](Index i) { return idx(i, 0); }), BlockSpec()},
+                  .out_specs = {BlockSpec()},
+                  .input_output_aliases = {{2, 0}},
+                  .name = "atomic_pairs",
+                  .debug = true},
+                 {normal(51, {64, 64}, bf16), normal(52, {64, 40}, bf16), normal(53, {64, 41})});
+    const std::string source = sources.source("atomic_pairs");
+    ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
+    EXPECT_NE(source.find("pl_red_add_pair("), std::string::npos);
+    EXPECT_NE(source.find("(void)pl_atomic_add(&"), std::string::npos);  // edges and misaligned pairs
+  }
 }
 
 TEST(CudaWgmma, AttentionForwardAndBackward) {

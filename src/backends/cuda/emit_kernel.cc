@@ -226,27 +226,39 @@ void Emitter::emit_region_body(const ir::Region& r) {
     // A pipelined loop's last dot is still in flight into the carry this instruction reads.
     for (const auto& [loop, p] : pipelined_)
       if (p.carry_reader == &in) line("pl_wgmma_wait<0>();");
-    if (!dots_in_flight_.empty() && ir::reads(in, dots_in_flight_)) emit_ahead_of_wait(r, in);
+    if (!dots_in_flight_.empty() && !folded_into_dot(in) && ir::reads(in, dots_in_flight_)) emit_ahead_of_wait(r, in);
     emit_inst_beside_dots(in);
   }
   retire_dots();
 }
 
 // Emits `in` while the wgmma dots issued before it run, when it neither reads their results nor
-// touches shared memory (their operands) nor is a dot or control flow; else retires them first.
+// writes shared memory (their operands) nor is control flow; else retires them first. A wgmma dot
+// outside a pipelined K loop joins them on the tensor cores (the attention backward's dk and dq
+// dots, both of ds, and its dv and dp dots), so one wait retires both.
 void Emitter::emit_inst_beside_dots(const ir::Inst& in) {
-  if (dots_in_flight_.empty()) return emit_inst(in);
+  if (dots_in_flight_.empty() || folded_into_dot(in)) return emit_inst(in);  // a folded add emits nothing
   const ir::Family f = ir::op_family(in.op);
-  if (!in.regions.empty() || f == ir::Family::Dot || f == ir::Family::Effect || ir::reads(in, dots_in_flight_)) {
+  static const bool join = [] {  // PALLADIUM_CUDA_JOIN_DOTS=0: each dot retires the ones before it
+    const char* env = std::getenv("PALLADIUM_CUDA_JOIN_DOTS");
+    return !(env && std::string(env) == "0");
+  }();
+  const bool joining_dot = join && f == ir::Family::Dot && wgmma_dots_.count(&in) && !pipelined_by_dot_.count(&in);
+  if (!in.regions.empty() || (f == ir::Family::Dot && !joining_dot) || f == ir::Family::Effect ||
+      ir::reads(in, dots_in_flight_)) {
     retire_dots();
     return emit_inst(in);
   }
+  const std::set<ir::ValueId> earlier = dots_in_flight_;
   std::ostringstream aside;
   aside.swap(body_);
   touched_shared_ = false;
   emit_inst(in);
   aside.swap(body_);
-  if (touched_shared_) retire_dots();
+  if (touched_shared_) {  // the earlier dots retire first; a dot `in` issued stays in flight
+    line("pl_wgmma_wait<0>();");
+    for (ir::ValueId v : earlier) dots_in_flight_.erase(v);
+  }
   body_ << aside.str();
 }
 

@@ -102,7 +102,9 @@ void Emitter::emit_memory(const ir::Inst& in) {
   const Layout& l = layout_of(shaped);
   const std::string ptr = "pl_ref" + std::to_string(ref);
   if (in.op != ir::Op::Store) declare(in.results[0]);
-  if ((in.op == ir::Op::Load || in.op == ir::Op::Store) && mask < 0 && emit_vector_memory(in, l, value)) return;
+  if ((in.op == ir::Op::Load || in.op == ir::Op::Store || paired_reduction(in)) && mask < 0 &&
+      emit_vector_memory(in, l, value))
+    return;
   open_slots(l);
   const std::string v = valid(l);
   if (!v.empty()) line("if (!(" + v + ")) continue;");
@@ -137,6 +139,13 @@ void Emitter::emit_memory(const ir::Inst& in) {
   }
 }
 
+// A float32 atomic add whose old values nobody reads, on sm_90: an accumulator's adjacent pairs
+// go out as one red.global.add.v2.f32 each (the attention backward's dq: half the reductions).
+bool Emitter::paired_reduction(const ir::Inst& in) const {
+  return in.op == ir::Op::AtomicAdd && target_.sm >= 90 && uses(in.results[0]) == 0 &&
+         k_.refs.at(static_cast<size_t>(in.i0)).dtype == DType::float32 && layout_of(in.results[0]).kind == LayoutKind::Mma;
+}
+
 bool Emitter::emit_vector_memory(const ir::Inst& in, const Layout& l, ir::ValueId value) {
   // PALLADIUM_CUDA_VECTOR_ACCESS=0 keeps every access element by element (for comparisons).
   static const bool enabled = [] {
@@ -153,10 +162,12 @@ bool Emitter::emit_vector_memory(const ir::Inst& in, const Layout& l, ir::ValueI
   // Not inside loops: the branch between the wide and the element-wise access keeps the compiler
   // from issuing a later iteration's loads early, and a sequential loop (a scan's time steps) then
   // waits a full memory latency per step (the jitted IndRNN scan on an H100: 0.106 -> 0.255 ms).
+  // A reduction is not waited on, so it pairs inside loops too.
+  const bool reduction = paired_reduction(in);
   for (ir::ValueId v : in.operands)
-    if (loop_depth_of(v) > 0) return false;
+    if (loop_depth_of(v) > 0 && !reduction) return false;
   for (ir::ValueId v : in.results)
-    if (loop_depth_of(v) > 0) return false;
+    if (loop_depth_of(v) > 0 && !reduction) return false;
   const ir::RefParam& p = k_.refs.at(static_cast<size_t>(in.i0));
   // The value's last dimension must walk the array's innermost dimension with unit stride.
   size_t ref_dim = 0, value_dims = 0, last_array_dim = SIZE_MAX;
@@ -194,6 +205,8 @@ bool Emitter::emit_vector_memory(const ir::Inst& in, const Layout& l, ir::ValueI
     line("const " + mt + "* pl_e = (const " + mt + "*)&pl_w;");
     line("#pragma unroll");
     line("for (int j = 0; j < " + std::to_string(k) + "; ++j) " + name(in.results[0]) + "[s + j] = " + to_register(t, "pl_e[j]") + ";");
+  } else if (reduction) {
+    line("pl_red_add_pair((float*)(" + where + "), " + name(value) + "[s], " + name(value) + "[s + 1]);");
   } else {
     line(vt + " pl_w;");
     line(mt + "* pl_e = (" + mt + "*)&pl_w;");
@@ -212,7 +225,10 @@ bool Emitter::emit_vector_memory(const ir::Inst& in, const Layout& l, ir::ValueI
   Address e = address_of(*this, in, [&](size_t j) { return coord(l, j); });
   for (const std::string& s : e.lines) line(s);
   const bool load = in.op == ir::Op::Load;
-  line(element_access(load, t, ptr, e.offset, e.in_bounds, at(load ? in.results[0] : value), "(" + reg_type(t) + ")0"));
+  if (reduction)
+    line("if (" + e.in_bounds + ") (void)pl_atomic_add(&" + ptr + "[" + e.offset + "], " + at(value) + ");");
+  else
+    line(element_access(load, t, ptr, e.offset, e.in_bounds, at(load ? in.results[0] : value), "(" + reg_type(t) + ")0"));
   close();
   close();
   close();

@@ -11,6 +11,7 @@
 // computes alike), so barriers may sit inside loops and branches.
 #pragma once
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -142,6 +143,9 @@ class Emitter {
   void emit_leaf(const ir::Inst& in);                 // emit_elementwise.cc
   void emit_elementwise(const ir::Inst& in);
   std::string elementwise_expr(const ir::Inst& in, const std::vector<std::string>& operands) const;
+  // Element `index` (C++ text) of a 1-D integer vector computed from iota, constants and scalars by
+  // elementwise ops, as an expression over those scalars; nothing for any other value.
+  std::optional<std::string> recomputed_element(ir::ValueId v, const std::string& index, int depth = 0) const;
   // The element of v at `coords` (C++ text) as an expression, when v is cheap index arithmetic
   // (iota, constants, scalars, elementwise ops, reshapes and broadcasts of such); "" otherwise.
   std::string recompute(ir::ValueId v, const std::vector<std::string>& coords, int& budget) const;
@@ -157,6 +161,7 @@ class Emitter {
   // array's innermost dimension, as 4- to 16-byte accesses (element by element at edges and
   // misaligned addresses); false where it does not apply.
   bool emit_vector_memory(const ir::Inst& in, const Layout& l, ir::ValueId value);
+  bool paired_reduction(const ir::Inst& in) const;
   void emit_smem_load(const ir::Inst& in, const SmemTile& tile);
   void emit_dot(const ir::Inst& in);                  // emit_dot.cc
   // A tensor-core dot's accumulators: in place in its addend's registers where the add is the
@@ -298,6 +303,7 @@ class Emitter {
   int stages_ = 3;                        // pipeline depth of prefetched loads (buffers per home)
   // Adds folded into a dot's accumulator: add result -> the dot it aliases.
   std::map<ir::ValueId, ir::ValueId> alias_of;
+  bool folded_into_dot(const ir::Inst& in) const { return in.results.size() == 1 && alias_of.count(in.results[0]); }
   std::map<ir::ValueId, ir::ValueId> dot_addend;
   // Transposes folded into a dot operand: transpose result -> its operand.
   std::map<ir::ValueId, ir::ValueId> folded_transpose;
