@@ -142,7 +142,7 @@ void Emitter::emit_memory(const ir::Inst& in) {
 // A float32 atomic add whose old values nobody reads, on sm_90: an accumulator's adjacent pairs
 // go out as one red.global.add.v2.f32 each (the attention backward's dq: half the reductions).
 bool Emitter::paired_reduction(const ir::Inst& in) const {
-  return in.op == ir::Op::AtomicAdd && target_.sm >= 90 && uses(in.results[0]) == 0 &&
+  return in.op == ir::Op::AtomicAdd && target_.sm >= 90 && quiet_update(in) &&
          k_.refs.at(static_cast<size_t>(in.i0)).dtype == DType::float32 && layout_of(in.results[0]).kind == LayoutKind::Mma;
 }
 

@@ -162,6 +162,8 @@ class Emitter {
   // misaligned addresses); false where it does not apply.
   bool emit_vector_memory(const ir::Inst& in, const Layout& l, ir::ValueId value);
   bool paired_reduction(const ir::Inst& in) const;
+  // An atomic add, max, min or bitwise update whose old values nobody reads: such updates commute.
+  bool quiet_update(const ir::Inst& in) const;
   void emit_smem_load(const ir::Inst& in, const SmemTile& tile);
   void emit_dot(const ir::Inst& in);                  // emit_dot.cc
   // A tensor-core dot's accumulators: in place in its addend's registers where the add is the

@@ -54,6 +54,11 @@ static bool mma_capable(const ir::Kernel& k, const ir::Inst& in, const CompilerP
 // of different layouts. Atomic adds, maxima, minima and bitwise updates whose old values nobody
 // reads commute with one another, so a ref that only they update needs no barriers between them
 // (the attention backward's dq: one barrier per key block saved); stores beside them still do.
+bool Emitter::quiet_update(const ir::Inst& in) const {
+  return ir::op_family(in.op) == ir::Family::Memory && in.op != ir::Op::Load && in.op != ir::Op::Store &&
+         in.op != ir::Op::AtomicXchg && in.op != ir::Op::AtomicCas && uses(in.results[0]) == 0;
+}
+
 void Emitter::find_written_refs() {
   std::map<int, std::set<Shape>> store_shapes;
   std::set<int> reads, quiet_updates;
@@ -67,8 +72,7 @@ void Emitter::find_written_refs() {
         } else if (in.op == ir::Op::Load) {
           reads.insert(ref);
         } else {
-          const bool quiet = uses(in.results[0]) == 0 && in.op != ir::Op::AtomicXchg && in.op != ir::Op::AtomicCas;
-          (quiet ? quiet_updates : reads).insert(ref);
+          (quiet_update(in) ? quiet_updates : reads).insert(ref);
           written_refs_.insert(ref);
         }
       }
