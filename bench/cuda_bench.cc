@@ -460,6 +460,39 @@ void bench_attention_backward() {
   });
 }
 
+// The backward's preprocess, delta = sum(out * dout, -1), alone at several row blocks (the
+// backward passes its own, 64 by default), in GB/s of the two bf16 inputs read, each result
+// checked against float64 first.
+void bench_attention_preprocess() {
+  for_each_attention_case([](const AttentionCase& c) {
+    if (c.causal) return;  // the preprocess does not depend on the mask
+    const pl::Array ref = [&] {  // head 0 of batch 0, float64
+      const pl::Array o = first_head(c.q), d = first_head(c.dout);
+      pl::Array r({1, 1, c.seq}, pl::f64);
+      for (int64_t t = 0; t < c.seq; ++t) {
+        double acc = 0;
+        for (int64_t e = 0; e < c.d; ++e) acc += o.get(t * c.d + e) * d.get(t * c.d + e);
+        r.set(t, acc);
+      }
+      return r;
+    }();
+    for (int64_t block : {16, 32, 64, 128}) {
+      pl::ops::MhaOptions o{.block_q = block, .backend = "cuda"};
+      const std::string name = "palladium preprocess b" + std::to_string(block);
+      try {
+        const pl::Array delta = pl::to_host(pl::ops::mha_preprocess_backward(c.q, c.dout, o));
+        pl::Array head0({1, 1, c.seq}, pl::f32);
+        for (int64_t t = 0; t < c.seq; ++t) head0.set(t, delta.get(t));
+        check("attn preprocess " + c.tag() + " " + name + " head 0 vs float64", pl::rel_error(head0, ref), 1e-5);
+        const double ms = events_ms([&] { (void)pl::ops::mha_preprocess_backward(c.q, c.dout, o); }, 10);
+        report("attn preprocess", c.tag(), name, ms, gbps(2.0 * 2.0 * c.batch * c.seq * c.heads * c.d, ms));
+      } catch (const std::exception& e) {
+        fail("attention preprocess " + c.tag() + " " + name + ": " + e.what());
+      }
+    }
+  });
+}
+
 // grad of the attention loss sum(mha(q, k, v) * dout) through the custom VJP (eager and under jit)
 // against the forward and backward kernels called by hand (mha_vjp(...).backward(dout)): the
 // program level's overhead. The loss adds one multiply and one sum over the output.
@@ -930,6 +963,7 @@ int main(int argc, char** argv) {
       else if (p == "matmul") bench_matmul();
       else if (p == "attention") bench_attention();
       else if (p == "attention-bwd") bench_attention_backward();
+      else if (p == "attention-preprocess") bench_attention_preprocess();
       else if (p == "indrnn") bench_indrnn();
       else if (p == "norms") bench_norms();
       else if (p == "norms-bwd") bench_norms_backward();
