@@ -17,6 +17,18 @@ struct WgmmaOn {
   test_support::ScopedEnv env{"PALLADIUM_CUDA_WGMMA", "1"};
 };
 
+// The attention in bf16 on fresh inputs from `seed` (the forward, and with `backward` the custom
+// VJP too) against float64, with `o` on cuda; the generated source of pallas_call `name`.
+std::string checked_attention_source(const std::string& name, const Shape& shape, uint64_t seed,
+                                     pl::ops::MhaOptions o, bool backward) {
+  GeneratedSources sources("wgmma-" + name);
+  o.backend = "cuda";
+  o.debug = true;
+  Array q = normal(seed, shape, bf16), k = normal(seed + 1, shape, bf16), v = normal(seed + 2, shape, bf16);
+  expect_attention_matches_reference(q, k, v, Array(), backward ? normal(seed + 3, shape, bf16) : Array(), o);
+  return sources.source(name);
+}
+
 // The text of the first loop over a kernel loop index in a generated source (empty when none).
 std::string first_loop(const std::string& source) {
   const size_t loop = source.find("for (pl_i32 pl_i");
@@ -165,14 +177,9 @@ TEST(CudaWgmma, PipelinedAttentionLoop) {
 TEST(CudaWgmma, AttentionBackwardRunsEveryDotOnWgmmaInSharedTilesOfOneLoop) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;
-  GeneratedSources sources("bwd-wgmma-test");
-  const Shape shape{1, 256, 2, 128};
-  Array q = normal(31, shape, bf16), k = normal(32, shape, bf16), v = normal(33, shape, bf16),
-        dout = normal(34, shape, bf16);
-  pl::ops::MhaOptions o{.sm_scale = 0.0883f, .causal = false, .backend = "cuda", .debug = true};
-  expect_attention_matches_reference(q, k, v, Array(), dout, o);
-  const std::string source = sources.source("mha_backward");
-  ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
+  const std::string source =
+      checked_attention_source("mha_backward", {1, 256, 2, 128}, 31, {.sm_scale = 0.0883f, .causal = false}, true);
+  ASSERT_FALSE(source.empty()) << "no generated source";
   const size_t calls = test_support::count_of(source, "pl_wgmma_n") - test_support::count_of(source, "void pl_wgmma_n");
   EXPECT_EQ(calls, 7u);
   EXPECT_EQ(test_support::count_of(source, "pl_mma_bf16_16816(&"), 0u);
@@ -198,15 +205,10 @@ TEST(CudaWgmma, AttentionBackwardRunsEveryDotOnWgmmaInSharedTilesOfOneLoop) {
 TEST(CudaWgmma, AtomicDqBackwardJoinsIndependentDotsAndPairsItsAdds) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;
-  GeneratedSources sources("bwd-atomic-test");
-  const Shape shape{1, 256, 2, 128};
-  Array q = normal(41, shape, bf16), k = normal(42, shape, bf16), v = normal(43, shape, bf16),
-        dout = normal(44, shape, bf16);
-  pl::ops::MhaOptions o{.sm_scale = 0.0883f, .causal = true, .backend = "cuda", .debug = true};
+  pl::ops::MhaOptions o{.sm_scale = 0.0883f, .causal = true};
   o.backward_dq = pl::ops::MhaBackwardDq::Atomic;
-  expect_attention_matches_reference(q, k, v, Array(), dout, o);
-  const std::string source = sources.source("mha_backward_atomic_dq");
-  ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
+  const std::string source = checked_attention_source("mha_backward_atomic_dq", {1, 256, 2, 128}, 41, o, true);
+  ASSERT_FALSE(source.empty()) << "no generated source";
   EXPECT_EQ(test_support::count_of(source, "pl_wgmma_n") - test_support::count_of(source, "void pl_wgmma_n"), 5u);
   const std::string body = first_loop(source);
   ASSERT_FALSE(body.empty()) << "no loop in the generated source";
@@ -221,14 +223,9 @@ TEST(CudaWgmma, AtomicDqBackwardJoinsIndependentDotsAndPairsItsAdds) {
 TEST(CudaWgmma, CausalSpansAreRecomputedNotExchanged) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;
-  GeneratedSources sources("causal-span-test");
-  const Shape shape{1, 512, 2, 128};
-  Array q = normal(45, shape, bf16), k = normal(46, shape, bf16), v = normal(47, shape, bf16);
-  pl::ops::MhaOptions o{.sm_scale = 0.0883f, .causal = true, .block_q = 128, .block_k = 128, .backend = "cuda",
-                        .debug = true};
-  expect_attention_matches_reference(q, k, v, Array(), Array(), o);
-  const std::string source = sources.source("mha_forward");
-  ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
+  const std::string source = checked_attention_source(
+      "mha_forward", {1, 512, 2, 128}, 45, {.sm_scale = 0.0883f, .causal = true, .block_q = 128, .block_k = 128}, false);
+  ASSERT_FALSE(source.empty()) << "no generated source";
   const std::string body = first_loop(source);
   ASSERT_FALSE(body.empty()) << "no loop in the generated source";
   EXPECT_EQ(test_support::count_of(body, "__syncthreads();"), 1u);

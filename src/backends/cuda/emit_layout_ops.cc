@@ -5,8 +5,6 @@
 // accumulators (broadcast from and reduce to a RowSlice), which use quad shuffles.
 #include <cstdlib>
 
-#include <optional>
-
 #include "backends/cuda/emitter.h"
 
 namespace palladium::cuda {
@@ -169,50 +167,24 @@ void Emitter::emit_reshape(const ir::Inst& in) {
     close();
     return;
   }
-  // An index vector (iota, constants and scalars under elementwise ops) is computed again in the
-  // result's layout rather than exchanged through shared memory: the causal masks' key spans, an
-  // exchange and two barriers in every iteration of the attention loops.
-  static const bool recompute = [] {  // PALLADIUM_CUDA_RECOMPUTE_INDEX=0: exchange them too
+  // Index arithmetic is recomputed in the result's layout rather than moved between threads, as in
+  // emit_broadcast: the causal mask's key span made a row cost an exchange and two barriers in
+  // every iteration of the attention loops. PALLADIUM_CUDA_RECOMPUTE_INDEX=0 exchanges it.
+  static const bool recompute_reshapes = [] {
     const char* env = std::getenv("PALLADIUM_CUDA_RECOMPUTE_INDEX");
     return !(env && std::string(env) == "0");
   }();
-  std::optional<std::string> e;
-  if (recompute) e = recomputed_element(x, elem(rl));
-  if (e) {
+  std::vector<std::string> coords;
+  for (size_t d = 0; d < rl.shape.size(); ++d) coords.push_back(coord(rl, d));
+  int budget = 24;
+  if (std::string e = recompute_reshapes ? recompute(r, coords, budget) : ""; !e.empty()) {
     declare(r);
     open_slots(rl);
-    line(at(r) + " = " + *e + ";");
+    line(at(r) + " = " + e + ";");
     close();
     return;
   }
   emit_gather(r, x, {elem(rl)});  // row-major order is unchanged: the flat index carries over
-}
-
-std::optional<std::string> Emitter::recomputed_element(ir::ValueId v, const std::string& index, int depth) const {
-  const ir::Type& t = type(v);
-  if (numel(t.shape) == 1 && t.shape.size() <= 1 && layout_of(v).registers()) return name(v) + "[0]";  // a scalar
-  const ir::Inst* d = def(v);
-  if (d == nullptr || depth > 8 || t.shape.size() != 1 || !is_integer(t.dtype)) return std::nullopt;
-  switch (ir::op_family(d->op)) {
-    case ir::Family::Leaf:
-      if (d->op == ir::Op::Iota) return "((" + reg_type(t.dtype) + ")(" + index + "))";
-      if (d->op == ir::Op::Const) return literal(t.dtype, d->f, d->i0);
-      return std::nullopt;
-    case ir::Family::Layout:  // a scalar broadcast to the vector
-      if (d->op == ir::Op::Broadcast && numel(type(d->operands[0]).shape) == 1)
-        return recomputed_element(d->operands[0], index, depth + 1);
-      return std::nullopt;
-    case ir::Family::Unary: case ir::Family::Binary: {
-      std::vector<std::string> operands;
-      for (ir::ValueId o : d->operands) {
-        std::optional<std::string> e = recomputed_element(o, index, depth + 1);
-        if (!e) return std::nullopt;
-        operands.push_back("(" + *e + ")");
-      }
-      return elementwise_expr(*d, operands);
-    }
-    default: return std::nullopt;
-  }
 }
 
 void Emitter::emit_transpose(const ir::Inst& in) {

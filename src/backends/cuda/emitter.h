@@ -11,7 +11,6 @@
 // computes alike), so barriers may sit inside loops and branches.
 #pragma once
 #include <map>
-#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -143,9 +142,6 @@ class Emitter {
   void emit_leaf(const ir::Inst& in);                 // emit_elementwise.cc
   void emit_elementwise(const ir::Inst& in);
   std::string elementwise_expr(const ir::Inst& in, const std::vector<std::string>& operands) const;
-  // Element `index` (C++ text) of a 1-D integer vector computed from iota, constants and scalars by
-  // elementwise ops, as an expression over those scalars; nothing for any other value.
-  std::optional<std::string> recomputed_element(ir::ValueId v, const std::string& index, int depth = 0) const;
   // The element of v at `coords` (C++ text) as an expression, when v is cheap index arithmetic
   // (iota, constants, scalars, elementwise ops, reshapes and broadcasts of such); "" otherwise.
   std::string recompute(ir::ValueId v, const std::vector<std::string>& coords, int& budget) const;
@@ -161,6 +157,7 @@ class Emitter {
   // array's innermost dimension, as 4- to 16-byte accesses (element by element at edges and
   // misaligned addresses); false where it does not apply.
   bool emit_vector_memory(const ir::Inst& in, const Layout& l, ir::ValueId value);
+  // A quiet float32 atomic add of an mma accumulator on sm_90: red.global.add.v2.f32 by pairs.
   bool paired_reduction(const ir::Inst& in) const;
   // An atomic add, max, min or bitwise update whose old values nobody reads: such updates commute.
   bool quiet_update(const ir::Inst& in) const;
