@@ -8,8 +8,6 @@
 
 #include <cmath>
 #include <limits>
-#include <map>
-#include <mutex>
 #include <numeric>
 
 #include "palladium/palladium.h"
@@ -314,21 +312,6 @@ std::vector<Array> forward(const Array& q, const Array& k, const Array& v, const
          }).call({q, k, v, seg});
 }
 
-// Float32 zeros of x's shape where x lives: on x's GPU when x is an eager device array (a host
-// array of that size would be copied in at every call), in the program when x is traced.
-Array float32_zeros_beside(const Array& x) {
-  Array zero = lax::full({}, 0.0, f32);
-  if (!x.is_tracer() && !x.is_sharded() && x.device().kind != Device::cpu) {
-    static std::mutex mu;
-    static std::map<std::string, Array> uploaded;  // one scalar per device, uploaded once
-    std::lock_guard<std::mutex> lock(mu);
-    auto [it, fresh] = uploaded.try_emplace(x.device().str());
-    if (fresh) it->second = to_device(zero, x.device());
-    zero = it->second;
-  }
-  return jnp::broadcast_to(zero, x.shape());
-}
-
 }  // namespace
 
 // The seed's wiring: mha = jax.custom_vjp(mha), mha.defvjp(_mha_forward, _mha_backward), so that
@@ -411,7 +394,7 @@ std::tuple<Array, Array, Array> mha_backward(const Array& q, const Array& k, con
     c.out_specs[0] = full;  // every program adds to the rows of all its head's q blocks
     c.input_output_aliases = {{8, 0}};
     outs[0] = {q.shape(), f32};
-    args.push_back(float32_zeros_beside(q));
+    args.push_back(jnp::full_like(q, 0.0, f32));
     kernel = [o, d](Refs r) {  // r[8] is the aliased input, r[9] the dq output it became
       backward_dkdv_scan(r[0], r[1], r[2], r[3], r[5], r[6], r[7], r[9], r[10], r[11], o.sm_scale, o.causal,
                          d.block_q, d.block_k, d.head_dim);

@@ -108,9 +108,11 @@ Array squeeze(const Array& x, std::vector<int64_t> axes = {});  // default: ever
 Array expand_dims(const Array& x, int64_t axis);
 // Static constant padding: (low, high) per dimension.
 Array pad(const Array& x, const std::vector<std::pair<int64_t, int64_t>>& widths, double value = 0.0);
+// Of x's shape, where x lives (its trace, or its device when x is an eager device array).
 Array zeros_like(const Array& x);
 Array ones_like(const Array& x);
 Array full_like(const Array& x, double value);
+Array full_like(const Array& x, double value, DType dtype);  // of another dtype
 }  // namespace jnp
 
 namespace lax {

@@ -309,9 +309,17 @@ Array pad(const Array& x, const std::vector<std::pair<int64_t, int64_t>>& widths
   q.scalar = value;
   return program::bind1(Prim::pad, q, {x});
 }
-Array zeros_like(const Array& x) { return broadcast_to(lax::full({}, 0.0, x.dtype()), x.shape()); }
-Array ones_like(const Array& x) { return broadcast_to(lax::full({}, 1.0, x.dtype()), x.shape()); }
-Array full_like(const Array& x, double value) { return broadcast_to(lax::full({}, value, x.dtype()), x.shape()); }
+// Where x lives: traced with x, or on x's device when x is an eager device array (a host array
+// of x's size would be copied in by the first op reading it).
+Array full_like(const Array& x, double value, DType dtype) {
+  Array scalar = lax::full({}, value, dtype);
+  if (!x.is_tracer() && !x.is_sharded() && x.device().kind != Device::cpu)
+    scalar = program::uploaded_scalar(scalar, x.device());
+  return broadcast_to(scalar, x.shape());
+}
+Array full_like(const Array& x, double value) { return full_like(x, value, x.dtype()); }
+Array zeros_like(const Array& x) { return full_like(x, 0.0); }
+Array ones_like(const Array& x) { return full_like(x, 1.0); }
 }  // namespace jnp
 
 namespace lax {

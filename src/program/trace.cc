@@ -130,12 +130,9 @@ std::string trace_location() {
   return " (while tracing '" + t->name() + "', at equation " + std::to_string(t->num_eqns()) + ")";
 }
 
-namespace {
-
-// The device copy of a host scalar operand of an elementwise op. Eager loops pass the same few
-// numbers every iteration (relu's 0, a scale): uploading each again cost a blocking copy per op.
-// Elementwise kernels only read their operands, so a cached copy is never written; values
-// that change every call (a learning-rate schedule) fill the cache, which then starts over.
+// Eager loops pass the same few numbers every iteration (relu's 0, a scale): uploading each again
+// cost a blocking copy per op. Kernels only read such operands, so a cached copy is never written;
+// values that change every call (a learning-rate schedule) fill the cache, which then starts over.
 Array uploaded_scalar(const Array& a, Device device) {
   struct Key {
     DType dtype;
@@ -160,8 +157,6 @@ Array uploaded_scalar(const Array& a, Device device) {
   cache.emplace(key, placed);
   return placed;
 }
-
-}  // namespace
 
 std::vector<Array> bind(Prim prim, Params params, const std::vector<Array>& ins) {
   std::vector<Type> in_types;

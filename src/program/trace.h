@@ -85,4 +85,8 @@ inline Array bind1(Prim prim, Params params, const std::vector<Array>& ins) {
 // Where an op's error happened: "" eagerly, else " (in 'f', equation 12)".
 std::string trace_location();
 
+// The copy of host scalar `a` on `device`, uploaded once per value, dtype and device (read-only:
+// it is shared by every op given the same number).
+Array uploaded_scalar(const Array& a, Device device);
+
 }  // namespace palladium::program

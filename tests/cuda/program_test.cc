@@ -177,6 +177,29 @@ TEST(CudaProgram, EagerHostScalarsReachTheirOps) {
   EXPECT_LT(rel_error(to_host(jnp::maximum(dx, 0) + 0), palladium::relu(x)), 1e-6);
 }
 
+// zeros_like, ones_like and full_like of an eager device array land on its device (the scalar
+// is uploaded once and broadcast there), with x's dtype or the one asked for; of a host array on
+// the host.
+TEST(CudaProgram, FullLikeFollowsItsArgumentsDevice) {
+  PL_REQUIRE_GPU();
+  const Array x = normal(27, {3, 50}).astype(bf16);
+  const Array dx = on_backend(x);
+  struct Case {
+    Array got;
+    double value;
+    DType dtype;
+  };
+  for (const Case& c : {Case{jnp::zeros_like(dx), 0.0, bf16}, Case{jnp::ones_like(dx), 1.0, bf16},
+                        Case{jnp::full_like(dx, -2.5), -2.5, bf16}, Case{jnp::full_like(dx, 0.75, f32), 0.75, f32}}) {
+    EXPECT_EQ(c.got.device().str(), dx.device().str());
+    EXPECT_EQ(c.got.dtype(), c.dtype);
+    EXPECT_EQ(c.got.shape(), x.shape());
+    const Array h = to_host(c.got);
+    for (int64_t k = 0; k < h.size(); ++k) ASSERT_EQ(h.get(k), c.value) << "element " << k;
+  }
+  EXPECT_EQ(jnp::full_like(x, 3.0, f32).device().kind, Device::cpu);
+}
+
 // Eager slices of device arrays: contiguous ones are views of the parent's buffer (no kernel), the
 // others are copied; each equals the host's slice, also once the parent Array is gone and when the
 // view is read on another stream.
