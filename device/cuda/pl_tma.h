@@ -38,6 +38,18 @@ template <int threads>
 PL_DEVICE void pl_consumer_barrier() {
   asm volatile("bar.sync 1, %0;" ::"n"(threads) : "memory");
 }
+// Ping-pong of two consumer warpgroups (named barriers 2 and 3): warpgroup `wg` waits for its
+// turn to issue tensor-core work, then passes the turn to the other one, so that the two issue
+// their dots alternately and one's softmax runs while the other's dots hold the tensor cores.
+// (Constant barrier ids: with a register id ptxas reserves all sixteen.)
+PL_DEVICE void pl_turn_wait(int wg) {
+  if (wg == 0) asm volatile("bar.sync 2, 256;" ::: "memory");
+  else asm volatile("bar.sync 3, 256;" ::: "memory");
+}
+PL_DEVICE void pl_turn_pass(int wg) {
+  if (wg == 0) asm volatile("bar.arrive 3, 256;" ::: "memory");
+  else asm volatile("bar.arrive 2, 256;" ::: "memory");
+}
 // Waits until the phase of parity `parity` of the barrier has completed.
 PL_DEVICE void pl_mbar_wait(unsigned long long* bar, unsigned parity) {
   const unsigned a = pl_smem_addr(bar);

@@ -223,6 +223,7 @@ TEST(CudaWgmma, AtomicDqBackwardJoinsIndependentDotsAndPairsItsAdds) {
 TEST(CudaWgmma, CausalSpansAreRecomputedNotExchanged) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;
+  test_support::ScopedEnv single_role{"PALLADIUM_CUDA_PINGPONG", "0"};
   const std::string source = checked_attention_source(
       "mha_forward", {1, 512, 2, 128}, 45, {.sm_scale = 0.0883f, .causal = true, .block_q = 128, .block_k = 128}, false);
   ASSERT_FALSE(source.empty()) << "no generated source";
@@ -230,6 +231,43 @@ TEST(CudaWgmma, CausalSpansAreRecomputedNotExchanged) {
   ASSERT_FALSE(body.empty()) << "no loop in the generated source";
   EXPECT_EQ(test_support::count_of(body, "__syncthreads();"), 1u);
   EXPECT_EQ(body.find("pl_stage_s"), std::string::npos);
+  EXPECT_EQ(source.find("pl_turn_wait"), std::string::npos);
+}
+
+// PALLADIUM_CUDA_PINGPONG=1: the forward's two consumer warpgroups take turns at the tensor cores.
+// A producer warp fills the ring; a turn begins at p v (a wait) and ends after the next
+// iteration's q k^T (a pass), the first q k^T being a turn of its own; the slot goes back on its
+// empty barrier at the iteration's end, and no block-wide barrier is left in the loop. Causal and
+// not, head_dim 64 (block_k 64) and 128 (block_k 128, whose loop is not software-pipelined),
+// against float64.
+TEST(CudaWgmma, AttentionForwardWarpgroupsTakeTurns) {
+  PL_REQUIRE_NVRTC();
+  WgmmaOn on;
+  test_support::ScopedEnv pingpong{"PALLADIUM_CUDA_PINGPONG", "1"};
+  for (int64_t d : {64, 128})
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE("head_dim " + std::to_string(d) + (causal ? ", causal" : ""));
+      const std::string source = checked_attention_source(
+          "mha_forward", {2, 384, 2, d}, 47 + d, {.sm_scale = 0.1f, .causal = causal, .block_q = 128, .block_k = d},
+          false);
+      ASSERT_FALSE(source.empty()) << "no generated source";
+      EXPECT_NE(source.find("if (pl_warp() >= 8)"), std::string::npos) << "no producer warp";
+      const std::string body = first_loop(source);
+      ASSERT_FALSE(body.empty()) << "no loop in the generated source";
+      EXPECT_EQ(test_support::count_of(body, "pl_turn_wait(pl_wg);"), 2u);
+      EXPECT_EQ(test_support::count_of(body, "pl_turn_pass(pl_wg);"), 1u);
+      const size_t first_wait = body.find("pl_turn_wait(pl_wg);");  // q k^T's: on the first iteration only
+      const std::string wait_line = body.substr(body.rfind('\n', first_wait) + 1, first_wait - body.rfind('\n', first_wait));
+      EXPECT_NE(wait_line.find("if ("), std::string::npos) << wait_line;
+      EXPECT_EQ(test_support::count_of(body, "pl_mbar_arrive(&pl_empty0["), 1u);
+      EXPECT_EQ(test_support::count_of(body, "__syncthreads();"), 0u);
+      EXPECT_EQ(test_support::count_of(body, "pl_consumer_barrier"), 0u);
+      // The first turn handed over before the loop; after it, the last turns ended and taken back.
+      const size_t loop = source.find(body);
+      EXPECT_LT(source.find("pl_turn_pass(1);"), loop);
+      EXPECT_GT(source.find("pl_turn_pass(pl_warp() >> 2);"), loop);
+      EXPECT_GT(source.find("pl_turn_wait(0);"), loop);
+    }
 }
 
 // Atomic adds of a wgmma accumulator whose old values nobody reads: adjacent columns go out as one

@@ -369,6 +369,7 @@ void Emitter::emit_control(const ir::Inst& in) {
     const PipelinedLoop* pipe = pipelined_loop(in);
     if (pipe && pipe->carry_reader) name_override_[pipe->carry_reader->results[0]] = name(pipe->carry_arg);
     emit_loop_prologue(in);
+    emit_turns_open(in);
     const std::string it = reg_type(type(body.args[0]).dtype);
     const std::string idx = "pl_i" + std::to_string(body.args[0]);
     open("for (" + it + " " + idx + " = " + name(in.operands[0]) + "[0]; " + idx + " < " + name(in.operands[1]) +
@@ -380,6 +381,7 @@ void Emitter::emit_control(const ir::Inst& in) {
     close();
     if (pipe) line("pl_wgmma_wait<0>();");  // the last iteration's last dot
     if (producer_serves(in)) emit_consumer_loop_end(in);
+    emit_turns_close(in);
   } else if (in.op == ir::Op::While) {
     init_results(0);
     const ir::Region& cond = in.regions[0];
@@ -484,7 +486,7 @@ GeneratedKernel Emitter::run() {
   int min_blocks = max_fragment_regs_ > 0 && reg_estimate <= 120 ? 2 : 1;
   // Warp-specialised kernels run one program per multiprocessor (their loops are the pipelined
   // ones, whose shared memory already allows no second), so the registers go to that one.
-  if (producer_warps_ > 0) min_blocks = 1;
+  if (producer_warps_ > 0 && pingpong_loops_.empty()) min_blocks = 1;
   if (const char* env = std::getenv("PALLADIUM_CUDA_MIN_BLOCKS"); env && *env) min_blocks = std::max(1, std::atoi(env));
   src << wgmma_functions();
   src << "\nextern \"C\" __global__ void __launch_bounds__(" << g.threads << ", " << min_blocks << ") " << g.entry << "(";

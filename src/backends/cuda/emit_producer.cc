@@ -9,6 +9,21 @@
 // retired (pl_wgmma_wait<1>), each consumer warp arrives on that slot's empty barrier. Their other
 // barriers become a named barrier among the consumer threads. PALLADIUM_CUDA_WARP_SPECIALIZE=0
 // keeps the single-role kernel.
+//
+// An unpipelined loop with two or more wgmma dots (the attention forward's q k^T and p v) is served
+// the same way where two consumer warpgroups run it, and they then take turns at the tensor cores
+// (ping-pong), so that one warpgroup's softmax overlaps the other's dots instead of both meeting
+// at a block-wide barrier each iteration. A turn runs from the body's last dot of iteration i to
+// its first dot of iteration i + 1 (p v, then the next q k^T; the first iteration's first dot is a
+// turn of its own): a warpgroup waits for its turn (pl_turn_wait) before the last dot and passes
+// it on (pl_turn_pass) after the next first one, so the other's softmax has two dots' time.
+// PALLADIUM_CUDA_TURNS=dot makes each dot a turn of its own, =0 takes none (the producer alone). A
+// slot goes back at the end of the iteration reading it (its dots are retired there).
+// Opt-in (PALLADIUM_CUDA_PINGPONG=1): on an H100 (stop 31, jobs 1-3) it moved the head_dim 128
+// forward by -3% (causal) to +2%, and cost head_dim 64, whose two programs per SM already overlap
+// each other, 12-18%; a turn per dot was no better, the producer without turns worse. What it
+// lacks against FlashAttention-3 is the softmax overlapped with the warpgroup's own next q k^T and
+// the producer's registers handed to the consumers (setmaxnreg).
 #include <cstdlib>
 
 #include "backends/cuda/emitter.h"
@@ -18,6 +33,16 @@ namespace {
 
 bool producer_computable(ir::Op op) {
   return (ir::op_family(op) == ir::Family::Leaf && op != ir::Op::Iota) || is_index_arith(op);
+}
+
+bool pingpong_enabled() {
+  const char* env = std::getenv("PALLADIUM_CUDA_PINGPONG");
+  return env && std::string(env) == "1";
+}
+
+std::string turns_mode() {  // "" (a turn from the last dot to the next first one), "dot" or "0"
+  const char* env = std::getenv("PALLADIUM_CUDA_TURNS");
+  return env ? std::string(env) : std::string();
 }
 
 }  // namespace
@@ -42,8 +67,14 @@ void Emitter::choose_producer() {
   for (const auto& [loop, ring] : tma_rings_) {
     const PipelinedLoop* pipe = pipelined_loop(*loop);
     // Not the attention shape (a first dot): served by a producer there, its forward ran 22% slower
-    // on an H100 (d128 s8192, blocks 128 x 64: 2.51 -> 3.23 ms, stop 29 job 4).
-    if (ring.cp_async || !pipe || pipe->first_dot || loop < &top.front() || loop > &top.back()) continue;
+    // on an H100 (d128 s8192, blocks 128 x 64: 2.51 -> 3.23 ms, stop 29 job 4), and 33% slower
+    // again with the program order fixed (2.50 -> 3.44 ms, stop 31 job 3).
+    if (ring.cp_async || (pipe && pipe->first_dot) || loop < &top.front() || loop > &top.back()) continue;
+    // Unpipelined: only where two warpgroups can take turns at the loop's dots.
+    int body_dots = 0;
+    for (const ir::Inst& in : loop->regions[0].body) body_dots += wgmma_dots_.count(&in) ? 1 : 0;
+    const bool pingpong = !pipe && pingpong_enabled() && threads_ == 256 && body_dots >= 2;
+    if (!pipe && !pingpong) continue;
     // Every value a round reads from outside it: the bounds, the slices' and loads' free
     // operands, the refs' block origins.
     const ir::ValueId index = loop->regions[0].args[0];
@@ -65,6 +96,18 @@ void Emitter::choose_producer() {
     if (!ok) continue;
     round_issue_[loop] = RoundIssue::Producer;
     producer_warps_ = 1;
+    if (pingpong && turns_mode() != "0") {
+      pingpong_loops_.insert(loop);
+      std::vector<const ir::Inst*> dots;
+      for (const ir::Inst& in : loop->regions[0].body)
+        if (wgmma_dots_.count(&in)) dots.push_back(&in);
+      if (turns_mode() == "dot") {
+        for (const ir::Inst* d : dots) turn_dots_[d] = {loop, Turn::Whole};
+      } else {
+        turn_dots_[dots.front()] = {loop, Turn::EndsOne};
+        turn_dots_[dots.back()] = {loop, Turn::BeginsOne};
+      }
+    }
   }
   if (producer_warps_ > 0) producer_scalars_ = std::move(scalars);
 }
@@ -98,27 +141,65 @@ std::string Emitter::producer_code() {
   return consumers.str();
 }
 
-// The end of iteration i of a served (pipelined K) loop: iteration i - 1's dot is retired, so its
-// slot goes back to the producer, one arrival per consumer warp.
+// The end of iteration i of a served loop. Pipelined (a K loop), iteration i - 1's dot is retired,
+// so its slot goes back to the producer, one arrival per consumer warp; unpipelined, iteration i's
+// own dots are (emit_region retires them at the body's end).
 void Emitter::emit_consumer_release(const ir::Inst& loop) {
   const std::string i = name(loop.regions[0].args[0]) + "[0]", lo = name(loop.operands[0]) + "[0]";
+  const std::string empty = "pl_empty" + std::to_string(tma_ring(loop)->index);
+  if (!pipelined_loop(loop)) {
+    line("__syncwarp();");
+    line("if (pl_lane() == 0) pl_mbar_arrive(&" + empty + "[" + ring_slot(loop, i) + "]);");
+    return;
+  }
   open("if (" + i + " > " + lo + ")");
   line("__syncwarp();");
-  line("if (pl_lane() == 0) pl_mbar_arrive(&pl_empty" + std::to_string(tma_ring(loop)->index) + "[" +
-       ring_slot(loop, i + " - 1") + "]);");
+  line("if (pl_lane() == 0) pl_mbar_arrive(&" + empty + "[" + ring_slot(loop, i + " - 1") + "]);");
   close();
 }
 
-// After the loop, its last dot retired: the last iteration's slot goes back too (a later run of the
-// loop, for the block's next program, refills it), and the ring's count moves on.
+// After the loop, its last dot retired: a pipelined loop's last slot goes back too (a later run of
+// the loop, for the block's next program, refills it), and the ring's count moves on.
 void Emitter::emit_consumer_loop_end(const ir::Inst& loop) {
   const std::string lo = name(loop.operands[0]) + "[0]", hi = name(loop.operands[1]) + "[0]";
   const std::string r = std::to_string(tma_ring(loop)->index);
   open("if (" + hi + " > " + lo + ")");
-  line("__syncwarp();");
-  line("if (pl_lane() == 0) pl_mbar_arrive(&pl_empty" + r + "[" + ring_slot(loop, hi + " - 1") + "]);");
+  if (pipelined_loop(loop)) {
+    line("__syncwarp();");
+    line("if (pl_lane() == 0) pl_mbar_arrive(&pl_empty" + r + "[" + ring_slot(loop, hi + " - 1") + "]);");
+  }
   line("pl_base" + r + " += (int)(" + hi + " - " + lo + ");");
   close();
+}
+
+// Around a ping-pong loop: warpgroup 1 hands the first turn to warpgroup 0 before it; after it,
+// each warpgroup ends the turn its last dot began (where the loop ran), and warpgroup 0 takes back
+// warpgroup 1's last pass, so that every arrival on the turn barriers has its wait and a later run
+// of the loop starts afresh.
+void Emitter::emit_turns_open(const ir::Inst& loop) {
+  if (pingpong_loops_.count(&loop)) line("if ((pl_warp() >> 2) == 1) pl_turn_pass(1);");
+}
+
+void Emitter::emit_turns_close(const ir::Inst& loop) {
+  if (!pingpong_loops_.count(&loop)) return;
+  if (turns_mode() != "dot")
+    line("if (" + name(loop.operands[1]) + "[0] > " + name(loop.operands[0]) + "[0]) pl_turn_pass(pl_warp() >> 2);");
+  line("if ((pl_warp() >> 2) == 0) pl_turn_wait(0);");
+}
+
+void Emitter::emit_turn_wait(const ir::Inst& dot) {
+  auto it = turn_dots_.find(&dot);
+  if (it == turn_dots_.end()) return;
+  const ir::Inst& loop = *it->second.loop;
+  if (it->second.turn == Turn::EndsOne)  // the first iteration's first dot begins a turn too
+    line("if (" + name(loop.regions[0].args[0]) + "[0] == " + name(loop.operands[0]) + "[0]) pl_turn_wait(pl_wg);");
+  else
+    line("pl_turn_wait(pl_wg);");
+}
+
+void Emitter::emit_turn_pass(const ir::Inst& dot) {
+  auto it = turn_dots_.find(&dot);
+  if (it != turn_dots_.end() && it->second.turn != Turn::BeginsOne) line("pl_turn_pass(pl_wg);");
 }
 
 }  // namespace palladium::cuda

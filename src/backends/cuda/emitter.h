@@ -275,11 +275,28 @@ class Emitter {
   std::string producer_code();                     // the producer's body ("" without one)
   void emit_consumer_release(const ir::Inst& loop);  // at the end of an iteration
   void emit_consumer_loop_end(const ir::Inst& loop);  // after the loop
+  // Ping-pong (emit_producer.cc): unpipelined served loops whose two consumer warpgroups take turns
+  // at the tensor cores, and the wgmma dots in their bodies that begin or end a turn.
+  enum class Turn { EndsOne, BeginsOne, Whole };
+  struct TurnDot {
+    const ir::Inst* loop = nullptr;
+    Turn turn = Turn::Whole;
+  };
+  std::set<const ir::Inst*> pingpong_loops_;
+  std::map<const ir::Inst*, TurnDot> turn_dots_;
+  void emit_turns_open(const ir::Inst& loop);   // before the loop
+  void emit_turns_close(const ir::Inst& loop);  // after it
+  void emit_turn_wait(const ir::Inst& dot);     // before a dot's issue, where a turn begins
+  void emit_turn_pass(const ir::Inst& dot);     // after it, where one ends
   // The programs' walk (program_order.cc): pl_pid<d> from the linear block index, the parallel
   // axes outermost first, and the grid axes a value's program ids come from.
   std::string program_id_decode() const;
   std::vector<size_t> program_order() const;
   std::set<size_t> program_axes_of(ir::ValueId v) const;
+  // Warp-specialised kernels whose every tile streams through a served loop (matmul; persistent)
+  // walk their programs in groups along two axes for L2 reuse; every other kernel by the most
+  // shared input bytes (the attention forward, served or not, keeps a head's q blocks together).
+  bool raster_groups() const { return producer_warps_ > 0 && tma_homes_.empty(); }
   void choose_tma();
   bool tma_eligible(ir::ValueId v);  // adds v's tensor map when the TMA can load its tile
   const TmaRing* tma_ring(const ir::Inst& loop) const {

@@ -57,7 +57,7 @@ std::vector<size_t> Emitter::program_order() const {
   std::vector<size_t> parallel;
   for (size_t d = 0; d < k_.grid.size(); ++d)
     if (!k_.is_sequential(d)) parallel.push_back(d);
-  if (!program_order_enabled() || producer_warps_ > 0 || parallel.size() < 2) return parallel;
+  if (!program_order_enabled() || raster_groups() || parallel.size() < 2) return parallel;
   std::map<size_t, int64_t> shared;  // axis -> input bytes per program that do not depend on it
   for (const ir::RefParam& p : k_.refs) {
     if (p.is_output) continue;
@@ -86,7 +86,7 @@ std::string Emitter::program_id_decode() const {
   if (const char* env = std::getenv("PALLADIUM_CUDA_RASTER_GROUP"); env && *env) group = std::atoll(env);
   std::ostringstream src;
   size_t plain = parallel.size();
-  if (program_order_enabled() && producer_warps_ > 0 && group > 1 && parallel.size() >= 2 && k_.grid[parallel[plain - 2]] > 1) {
+  if (program_order_enabled() && raster_groups() && group > 1 && parallel.size() >= 2 && k_.grid[parallel[plain - 2]] > 1) {
     const size_t a = parallel[plain - 2], b = parallel[plain - 1];
     const int64_t rows = k_.grid[a], cols = k_.grid[b], span = group * cols;
     src << "  const long long pl_tile = pl_rest % " << rows * cols << "ll;\n";
