@@ -423,17 +423,21 @@ void bench_attention_backward() {
   // The defaults are forward 128 and backward 64. On an H100 (stop 26) a third backward stage
   // (one program per SM instead of two) ran at 0.73-0.93x these, and backward blocks of 128 at
   // 0.75-1.0x; 8 warps at block 64 had measured 0.55-0.7x the backend's 4.
-  // "atomic": dq by atomic adds in the dk/dv scan (MhaBackwardDq::Atomic), five dots per block
-  // pair instead of the seed's seven (0.74-0.87x the seed's way on an H100, stop 30).
+  // "atomic" (PL_BENCH_ATTN_ATOMIC=1): dq by atomic adds in the dk/dv scan (MhaBackwardDq::Atomic),
+  // five dots per block pair instead of the seed's seven (0.74-0.87x the seed's way on an H100,
+  // stop 30; 0.75-0.85x in stop 31 job 5). Left out by default: with it the stage ran past
+  // gpu_run.sh's 150 s on a fresh machine (stop 31 job 5).
   struct Config {
     int64_t fwd_block, bwd_block;
     int stages;
     pl::ops::MhaBackwardDq dq;
   };
   using Dq = pl::ops::MhaBackwardDq;
-  for_each_attention_case([](const AttentionCase& c) {
-    for (Config cfg : {Config{128, 64, 0, Dq::SeparateLoop}, Config{64, 64, 0, Dq::SeparateLoop},
-                       Config{128, 64, 0, Dq::Atomic}}) {
+  const char* atomic_env = std::getenv("PL_BENCH_ATTN_ATOMIC");
+  std::vector<Config> configs{{128, 64, 0, Dq::SeparateLoop}, {64, 64, 0, Dq::SeparateLoop}};
+  if (atomic_env && std::string(atomic_env) == "1") configs.push_back({128, 64, 0, Dq::Atomic});
+  for_each_attention_case([&configs](const AttentionCase& c) {
+    for (const Config& cfg : configs) {
       pl::ops::MhaOptions o{.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d))),
                             .causal = c.causal, .block_q = cfg.fwd_block, .block_k = cfg.fwd_block, .backend = "cuda"};
       o.backward_block = cfg.bwd_block;
