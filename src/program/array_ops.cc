@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 
 #include "palladium/call.h"
 #include "palladium/numpy.h"
@@ -309,17 +310,20 @@ Array pad(const Array& x, const std::vector<std::pair<int64_t, int64_t>>& widths
   q.scalar = value;
   return program::bind1(Prim::pad, q, {x});
 }
-// Where x lives: traced with x, or on x's device when x is an eager device array (a host array
-// of x's size would be copied in by the first op reading it).
-Array full_like(const Array& x, double value, DType dtype) {
-  Array scalar = lax::full({}, value, dtype);
+// `value` of x's shape (and of `dtype`, else x's), where x lives: traced with x, or on x's device
+// when x is an eager device array (a host array of x's size would be copied in by the first op
+// reading it). An undefined (none) x is an Error naming `op`.
+static Array filled_like(const char* op, const Array& x, double value, std::optional<DType> dtype) {
+  PL_CHECK(x.defined(), op, ": its argument is an undefined (none) Array", program::trace_location());
+  Array scalar = lax::full({}, value, dtype.value_or(x.dtype()));
   if (!x.is_tracer() && !x.is_sharded() && x.device().kind != Device::cpu)
     scalar = program::uploaded_scalar(scalar, x.device());
   return broadcast_to(scalar, x.shape());
 }
-Array full_like(const Array& x, double value) { return full_like(x, value, x.dtype()); }
-Array zeros_like(const Array& x) { return full_like(x, 0.0); }
-Array ones_like(const Array& x) { return full_like(x, 1.0); }
+Array full_like(const Array& x, double value, DType dtype) { return filled_like("full_like", x, value, dtype); }
+Array full_like(const Array& x, double value) { return filled_like("full_like", x, value, std::nullopt); }
+Array zeros_like(const Array& x) { return filled_like("zeros_like", x, 0.0, std::nullopt); }
+Array ones_like(const Array& x) { return filled_like("ones_like", x, 1.0, std::nullopt); }
 }  // namespace jnp
 
 namespace lax {

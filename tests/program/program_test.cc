@@ -481,6 +481,25 @@ TEST(ProgramErrors, ShapeMismatchAtTraceTime) {
   PL_EXPECT_ERROR(pl::jnp::matmul(pl::ones({2, 3}), pl::ones({4, 5})), "matmul: contracting dimensions differ");
 }
 
+// zeros_like and company of the undefined (none) Array name themselves instead of making a scalar;
+// of a host array, with x's dtype or the one asked for, traced or not.
+TEST(ProgramErrors, FullLikeOfAnUndefinedArray) {
+  PL_EXPECT_ERROR(pl::jnp::zeros_like(Array()), "zeros_like: its argument is an undefined (none) Array");
+  PL_EXPECT_ERROR(pl::jnp::ones_like(Array()), "ones_like: its argument is an undefined (none) Array");
+  PL_EXPECT_ERROR(pl::jnp::full_like(Array(), 2.0, pl::f32), "full_like: its argument is an undefined (none) Array");
+  const Array x = pl::random::normal(pl::random::key(29), {2, 3}).astype(pl::bf16);
+  const Array h = pl::jnp::full_like(x, 0.5, pl::f32);
+  EXPECT_EQ(h.dtype(), pl::f32);
+  EXPECT_EQ(h.shape(), x.shape());
+  const Array traced = pl::jit([](const Array& a) { return pl::jnp::ones_like(a) + a; })(x);
+  EXPECT_EQ(traced.dtype(), pl::bf16);
+  for (int64_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(h.get(i), 0.5);
+    const double want = x.get(i) + 1.0;  // float64; the result is rounded once to bfloat16 (2^-9)
+    EXPECT_NEAR(traced.get(i), want, std::abs(want) * 0x1p-9) << "element " << i;
+  }
+}
+
 TEST(ProgramErrors, GradOfNonScalarAndIntegerInputs) {
   PL_EXPECT_ERROR(pl::grad([](const Array& x) { return x * 2.0; })(pl::ones({3})),
                     "grad: the function must return a float scalar, got f32[3]");
