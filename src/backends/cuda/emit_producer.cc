@@ -16,12 +16,12 @@
 // at a block-wide barrier each iteration. A turn runs from the body's last dot of iteration i to
 // its first dot of iteration i + 1 (p v, then the next q k^T; the first iteration's first dot is a
 // turn of its own): a warpgroup waits for its turn (pl_turn_wait) before the last dot and passes
-// it on (pl_turn_pass) after the next first one, so the other's softmax has two dots' time.
-// PALLADIUM_CUDA_TURNS=dot makes each dot a turn of its own, =0 takes none (the producer alone). A
+// it on (pl_turn_pass) after the next first one, so the other's softmax has two dots' time. A
 // slot goes back at the end of the iteration reading it (its dots are retired there).
 // Opt-in (PALLADIUM_CUDA_PINGPONG=1): on an H100 (stop 31, jobs 1-3) it moved the head_dim 128
 // forward by -3% (causal) to +2%, and cost head_dim 64, whose two programs per SM already overlap
-// each other, 12-18%; a turn per dot was no better, the producer without turns worse. What it
+// each other, 12-18%; a turn per dot was no better and the producer without turns worse (job 2;
+// both variants since removed). What it
 // lacks against FlashAttention-3 is the softmax overlapped with the warpgroup's own next q k^T and
 // the producer's registers handed to the consumers (setmaxnreg).
 #include <cstdlib>
@@ -38,11 +38,6 @@ bool producer_computable(ir::Op op) {
 bool pingpong_enabled() {
   const char* env = std::getenv("PALLADIUM_CUDA_PINGPONG");
   return env && std::string(env) == "1";
-}
-
-std::string turns_mode() {  // "" (a turn from the last dot to the next first one), "dot" or "0"
-  const char* env = std::getenv("PALLADIUM_CUDA_TURNS");
-  return env ? std::string(env) : std::string();
 }
 
 }  // namespace
@@ -96,17 +91,13 @@ void Emitter::choose_producer() {
     if (!ok) continue;
     round_issue_[loop] = RoundIssue::Producer;
     producer_warps_ = 1;
-    if (pingpong && turns_mode() != "0") {
+    if (pingpong) {
       pingpong_loops_.insert(loop);
       std::vector<const ir::Inst*> dots;
       for (const ir::Inst& in : loop->regions[0].body)
         if (wgmma_dots_.count(&in)) dots.push_back(&in);
-      if (turns_mode() == "dot") {
-        for (const ir::Inst* d : dots) turn_dots_[d] = {loop, Turn::Whole};
-      } else {
-        turn_dots_[dots.front()] = {loop, Turn::EndsOne};
-        turn_dots_[dots.back()] = {loop, Turn::BeginsOne};
-      }
+      turn_dots_[dots.front()] = {loop, Turn::EndsOne};
+      turn_dots_[dots.back()] = {loop, Turn::BeginsOne};
     }
   }
   if (producer_warps_ > 0) producer_scalars_ = std::move(scalars);
@@ -182,8 +173,7 @@ void Emitter::emit_turns_open(const ir::Inst& loop) {
 
 void Emitter::emit_turns_close(const ir::Inst& loop) {
   if (!pingpong_loops_.count(&loop)) return;
-  if (turns_mode() != "dot")
-    line("if (" + name(loop.operands[1]) + "[0] > " + name(loop.operands[0]) + "[0]) pl_turn_pass(pl_warp() >> 2);");
+  line("if (" + name(loop.operands[1]) + "[0] > " + name(loop.operands[0]) + "[0]) pl_turn_pass(pl_warp() >> 2);");
   line("if ((pl_warp() >> 2) == 0) pl_turn_wait(0);");
 }
 
@@ -199,7 +189,7 @@ void Emitter::emit_turn_wait(const ir::Inst& dot) {
 
 void Emitter::emit_turn_pass(const ir::Inst& dot) {
   auto it = turn_dots_.find(&dot);
-  if (it != turn_dots_.end() && it->second.turn != Turn::BeginsOne) line("pl_turn_pass(pl_wg);");
+  if (it != turn_dots_.end() && it->second.turn == Turn::EndsOne) line("pl_turn_pass(pl_wg);");
 }
 
 }  // namespace palladium::cuda

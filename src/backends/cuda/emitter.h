@@ -277,10 +277,10 @@ class Emitter {
   void emit_consumer_loop_end(const ir::Inst& loop);  // after the loop
   // Ping-pong (emit_producer.cc): unpipelined served loops whose two consumer warpgroups take turns
   // at the tensor cores, and the wgmma dots in their bodies that begin or end a turn.
-  enum class Turn { EndsOne, BeginsOne, Whole };
+  enum class Turn { EndsOne, BeginsOne };  // the first dot (q k^T) ends a turn, the last (p v) begins one
   struct TurnDot {
     const ir::Inst* loop = nullptr;
-    Turn turn = Turn::Whole;
+    Turn turn = Turn::EndsOne;
   };
   std::set<const ir::Inst*> pingpong_loops_;
   std::map<const ir::Inst*, TurnDot> turn_dots_;
