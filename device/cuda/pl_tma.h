@@ -38,6 +38,17 @@ template <int threads>
 PL_DEVICE void pl_consumer_barrier() {
   asm volatile("bar.sync 1, %0;" ::"n"(threads) : "memory");
 }
+// Register rebalancing of a warp-specialised kernel (sm_90a): every warp of a warpgroup executes
+// the same one. The producer warpgroup gives registers back to the block's pool, the consumer
+// warpgroups then take them (an increase waits until the pool holds enough).
+template <int regs>
+PL_DEVICE void pl_regs_decrease() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(regs));
+}
+template <int regs>
+PL_DEVICE void pl_regs_increase() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(regs));
+}
 // Ping-pong of two consumer warpgroups (named barriers 2 and 3): warpgroup `wg` waits for its
 // turn to issue tensor-core work, then passes the turn to the other one, so that the two issue
 // their dots alternately and one's softmax runs while the other's dots hold the tensor cores.

@@ -72,10 +72,14 @@ TEST(CudaTma, AttentionTilesOfFourDimensionalArrays) {
   ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
   EXPECT_NE(source.find("pl_tma_load_4d("), std::string::npos);
   EXPECT_NE(source.find("pl_mbar_wait("), std::string::npos);
-  // Q, loaded once, is awaited after the K/V loop's first rounds and before the loop, not in it.
+  // Q, loaded once, is awaited before the K/V loop, not in it; where the consumers issue the
+  // loop's rounds themselves, after its first rounds are out (a producer warpgroup issues them in
+  // its own branch, ahead of the consumers' code).
   const size_t loop = source.find("for (pl_i32 pl_i"), q_wait = source.find("pl_mbar_wait(pl_home_bar0, 0u);");
   ASSERT_NE(q_wait, std::string::npos);
-  EXPECT_LT(source.find("pl_pre = "), q_wait);
+  if (source.find("pl_regs_increase<") == std::string::npos) {
+    EXPECT_LT(source.find("pl_pre = "), q_wait);
+  }
   EXPECT_LT(q_wait, loop);
   EXPECT_EQ(source.find("pl_home_bar0", loop), std::string::npos);
   EXPECT_EQ(source.find("pl_cp_async_wait<0>"), std::string::npos);
@@ -127,12 +131,14 @@ TEST(CudaTma, TensorMapsOfAStridedFourDimensionalRef) {
 }
 
 // Warp specialisation (emit_producer.cc): a pipelined K loop of 128 x 256 tiles (one program per
-// multiprocessor) gets a producer warp after its 8 consumer warps, which issues every round and
-// refills a slot only after the consumer warps gave it back on its empty barrier; the consumers'
-// loop has no block-wide barrier left. Nine iterations over four slots reuse slots in both phases
-// of their empty barriers; M and N leave partial blocks. The kernel is persistent: capped at 3
-// blocks, each runs two or three of the 8 programs (in groups along M), the ring's slots and
-// phases carried from one program to the next. Checked against float64; without persistence, and
+// multiprocessor) gets a producer warpgroup after its 8 consumer warps, whose first lane issues
+// every round and refills a slot only after the consumer warps gave it back on its empty barrier;
+// the consumers' loop has no block-wide barrier left. The producer gives its registers to the
+// consumers (168 a thread at launch, 24 and 240 after setmaxnreg). Nine iterations over four slots
+// reuse slots in both phases of their empty barriers; M and N leave partial blocks. The kernel is
+// persistent: capped at 3 blocks, each runs two or three of the 8 programs (in groups along M),
+// the ring's slots and phases carried from one program to the next. Checked against float64;
+// without persistence, with a single producer warp (PALLADIUM_CUDA_REG_SHARE=0: 288 threads), and
 // with PALLADIUM_CUDA_WARP_SPECIALIZE=0 (256 threads, a barrier per iteration), alike.
 TEST(CudaTma, PipelinedMatmulGetsAPersistentProducerWarp) {
   PL_REQUIRE_NVRTC();
@@ -160,18 +166,24 @@ TEST(CudaTma, PipelinedMatmulGetsAPersistentProducerWarp) {
   const Array want = jnp::matmul(x.astype(f64), y.astype(f64));
   struct Variant {
     const char* name;
-    bool specialise, persistent;
+    bool specialise, persistent, rebalance;
   };
-  for (const Variant& v : {Variant{"persistent_matmul", true, true}, Variant{"producer_matmul", true, false},
-                           Variant{"single_role_matmul", false, false}}) {
+  for (const Variant& v : {Variant{"persistent_matmul", true, true, true}, Variant{"producer_matmul", true, false, true},
+                           Variant{"producer_warp_matmul", true, true, false},
+                           Variant{"single_role_matmul", false, false, false}}) {
     SCOPED_TRACE(v.name);
     test_support::ScopedEnv env{"PALLADIUM_CUDA_WARP_SPECIALIZE", v.specialise ? "1" : "0"};
     test_support::ScopedEnv persist{"PALLADIUM_CUDA_PERSISTENT", v.persistent ? "1" : "0"};
+    test_support::ScopedEnv share{"PALLADIUM_CUDA_REG_SHARE", v.rebalance ? "1" : "0"};
     const Array got = expect_cuda_matches([&](const std::string& be) { return make(be, v.name); }, {x, y}, 1e-5)[0];
     EXPECT_LT(rel_error(got, want), 1e-5);
     const std::string source = sources.source(v.name);
     ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
-    EXPECT_EQ(source.find("__launch_bounds__(288, 1)") != std::string::npos, v.specialise);
+    EXPECT_EQ(source.find("__launch_bounds__(384, 1)") != std::string::npos, v.rebalance);
+    EXPECT_EQ(source.find("__launch_bounds__(288, 1)") != std::string::npos, v.specialise && !v.rebalance);
+    EXPECT_EQ(source.find("pl_regs_decrease<24>();") != std::string::npos, v.rebalance);
+    EXPECT_EQ(source.find("pl_regs_increase<240>();") != std::string::npos, v.rebalance);
+    EXPECT_EQ(source.find("if (pl_warp() == 8 && pl_lane() == 0) {") != std::string::npos, v.rebalance);
     EXPECT_EQ(source.find("if (pl_warp() >= 8) {") != std::string::npos, v.specialise);
     EXPECT_EQ(source.find("pl_mbar_arrive(&pl_empty0[") != std::string::npos, v.specialise);
     EXPECT_EQ(source.find("pl_block += (long long)gridDim.x * gridDim.y") != std::string::npos, v.persistent);

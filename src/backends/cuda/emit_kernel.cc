@@ -486,7 +486,7 @@ GeneratedKernel Emitter::run() {
   int min_blocks = max_fragment_regs_ > 0 && reg_estimate <= 120 ? 2 : 1;
   // Warp-specialised kernels run one program per multiprocessor (their loops are the pipelined
   // ones, whose shared memory already allows no second), so the registers go to that one.
-  if (producer_warps_ > 0 && pingpong_loops_.empty()) min_blocks = 1;
+  if ((producer_warps_ > 0 && pingpong_loops_.empty()) || consumer_regs_ > 0) min_blocks = 1;
   if (const char* env = std::getenv("PALLADIUM_CUDA_MIN_BLOCKS"); env && *env) min_blocks = std::max(1, std::atoi(env));
   src << wgmma_functions();
   src << "\nextern \"C\" __global__ void __launch_bounds__(" << g.threads << ", " << min_blocks << ") " << g.entry << "(";
@@ -555,17 +555,23 @@ GeneratedKernel Emitter::run() {
       src << "  pl_srest /= " << k_.grid[d] << "ll;\n";
     }
   }
+  // The producer's branch and the consumers' (warp-specialised kernels): only lane 0 of the first
+  // producer warp works; with register rebalancing each side first moves to its register count.
+  const std::string producer_open =
+      "  if (pl_warp() >= " + std::to_string(threads_ / 32) + ") {\n" +
+      (consumer_regs_ > 0 ? "    pl_regs_decrease<" + std::to_string(producer_regs_) + ">();\n    if (pl_warp() == " +
+                                std::to_string(threads_ / 32) + " && pl_lane() == 0) {\n"
+                          : std::string("    if (pl_lane() == 0) {\n"));
+  const std::string consumer_open =
+      "  } else {\n" + (consumer_regs_ > 0 ? "    pl_regs_increase<" + std::to_string(consumer_regs_) + ">();\n" : "");
   if (g.persistent) {
     const std::string programs = "  for (long long pl_block = pl_first_block; pl_block < " + std::to_string(g.num_programs) +
                                  "ll; pl_block += (long long)gridDim.x * gridDim.y) {\n";
-    src << "  if (pl_warp() >= " << threads_ / 32 << ") {\n    if (pl_lane() == 0) {\n"
-        << programs << program << producer << "  }\n    }\n  } else {\n"
-        << programs << program << body_.str() << "  pl_consumer_barrier<" << threads_ << ">();\n  }\n  }\n";
+    src << producer_open << programs << program << producer << "  }\n    }\n" << consumer_open << programs << program << body_.str() << "  pl_consumer_barrier<" << threads_ << ">();\n  }\n  }\n";
   } else {
     src << "  const long long pl_linear = " << linear << ";\n  (void)pl_linear;\n";
     if (producer_warps_ > 0)  // the producer warp's lane 0 issues the rings' copies; the consumer warps run the body
-      src << "  if (pl_warp() >= " << threads_ / 32 << ") {\n    if (pl_lane() == 0) {\n"
-          << producer << "    }\n  } else {\n" << body_.str() << "  }\n";
+      src << producer_open << producer << "    }\n" << consumer_open << body_.str() << "  }\n";
     else
       src << body_.str();
   }

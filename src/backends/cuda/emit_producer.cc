@@ -21,9 +21,19 @@
 // Opt-in (PALLADIUM_CUDA_PINGPONG=1): on an H100 (stop 31, jobs 1-3) it moved the head_dim 128
 // forward by -3% (causal) to +2%, and cost head_dim 64, whose two programs per SM already overlap
 // each other, 12-18%; a turn per dot was no better and the producer without turns worse (job 2;
-// both variants since removed). What it
-// lacks against FlashAttention-3 is the softmax overlapped with the warpgroup's own next q k^T and
-// the producer's registers handed to the consumers (setmaxnreg).
+// both variants since removed).
+//
+// With two or more consumer warpgroups the producer is a whole warpgroup (only its first lane
+// works) and the registers move (setmaxnreg): the block is launched at 168 registers a thread
+// (384 threads, one block per SM), the producer drops to 24 and the consumers rise to 240. The
+// warpgroup-wide instruction also tells ptxas the consumers run converged: behind a single producer
+// warp it serialised the wgmma of the attention forward's pipelined loop (C7520), which is why
+// that loop (a first dot issued a round ahead, dot_pipeline.cc) gets a producer only this way.
+// Same binary, one job (H100, stop 32 job 1, bench/results/h100_stop32_job1_*), ms: bf16 matmul
+// 128 x 256 tiles 8192^3, 4 stages 1.593 -> 1.499, 3 stages 1.760 -> 1.468 (cuBLASLt 1.384-1.392);
+// 4096^3 0.218 -> 0.201; attention forward d128 s8192, blocks 128 x 64, 2.518 -> 2.420.
+// PALLADIUM_CUDA_REG_SHARE=0 keeps the single producer warp.
+#include <algorithm>
 #include <cstdlib>
 
 #include "backends/cuda/emitter.h"
@@ -35,9 +45,16 @@ bool producer_computable(ir::Op op) {
   return (ir::op_family(op) == ir::Family::Leaf && op != ir::Op::Iota) || is_index_arith(op);
 }
 
-bool pingpong_enabled() {
-  const char* env = std::getenv("PALLADIUM_CUDA_PINGPONG");
+bool env_on(const char* name) {
+  const char* env = std::getenv(name);
   return env && std::string(env) == "1";
+}
+
+bool pingpong_enabled() { return env_on("PALLADIUM_CUDA_PINGPONG"); }
+
+bool register_rebalancing_enabled() {
+  const char* env = std::getenv("PALLADIUM_CUDA_REG_SHARE");
+  return !(env && std::string(env) == "0");
 }
 
 }  // namespace
@@ -59,12 +76,16 @@ void Emitter::choose_producer() {
     known.insert(in.results.begin(), in.results.end());
   }
   const std::vector<ir::Inst>& top = k_.body.body;
+  // Two or more consumer warpgroups: the producer is a warpgroup that hands its registers over.
+  const bool rebalance = register_rebalancing_enabled() && threads_ >= 256 && threads_ % 128 == 0;
   for (const auto& [loop, ring] : tma_rings_) {
     const PipelinedLoop* pipe = pipelined_loop(*loop);
-    // Not the attention shape (a first dot): served by a producer there, its forward ran 22% slower
-    // on an H100 (d128 s8192, blocks 128 x 64: 2.51 -> 3.23 ms, stop 29 job 4), and 33% slower
-    // again with the program order fixed (2.50 -> 3.44 ms, stop 31 job 3).
-    if (ring.cp_async || (pipe && pipe->first_dot) || loop < &top.front() || loop > &top.back()) continue;
+    // The attention shape (a first dot) only with the producer warpgroup: after one producer warp
+    // the consumers' code is a divergent path to ptxas, which then serialises every wgmma (C7520;
+    // the forward d128 s8192, blocks 128 x 64, ran 2.50 -> 3.44 ms on an H100, stop 31 job 3). The
+    // warpgroup-wide setmaxnreg at the top of the consumers' branch keeps them converged.
+    if (ring.cp_async || (pipe && pipe->first_dot && !rebalance) || loop < &top.front() || loop > &top.back())
+      continue;
     // Unpipelined: only where two warpgroups can take turns at the loop's dots.
     int body_dots = 0;
     for (const ir::Inst& in : loop->regions[0].body) body_dots += wgmma_dots_.count(&in) ? 1 : 0;
@@ -100,7 +121,18 @@ void Emitter::choose_producer() {
       turn_dots_[dots.back()] = {loop, Turn::BeginsOne};
     }
   }
-  if (producer_warps_ > 0) producer_scalars_ = std::move(scalars);
+  if (producer_warps_ == 0) return;
+  producer_scalars_ = std::move(scalars);
+  // A producer warpgroup, of which one lane works, hands the registers of its other 127 threads to
+  // the consumers. At one block per multiprocessor the entry count is the register file over the
+  // block's threads (a multiple of 8: 168 for 384); the producer keeps 24.
+  if (rebalance) {
+    const int block = threads_ + 128;
+    const int entry = 65536 / block / 8 * 8;
+    producer_warps_ = 4;
+    producer_regs_ = 24;
+    consumer_regs_ = std::min(240, (entry * block - producer_regs_ * 128) / threads_ / 8 * 8);
+  }
 }
 
 // Lane 0 of the producer warp: the scalars, then each served loop's rounds in program order, a

@@ -263,12 +263,15 @@ class Emitter {
   }
   bool producer_serves(const ir::Inst& loop) const { return round_issue(loop) == RoundIssue::Producer; }
   std::vector<TensorMapSpec> tensor_maps_;
-  // Warp specialisation (emit_producer.cc): an extra producer warp, after the consumer warps,
+  // Warp specialisation (emit_producer.cc): an extra producer warp (or warpgroup), after the consumer warps,
   // issues every round of the loops it serves, running ahead of the consumers by a whole ring;
   // the consumers wait on the slots' full barriers, give each slot back on its empty barrier
   // pl_empty<ring>[s] once the dots reading it are retired, and synchronise among themselves on
   // a named barrier. threads_ stays the consumers' count.
   int producer_warps_ = 0;
+  // Register rebalancing (setmaxnreg): where the producer is a whole warpgroup, it drops to
+  // producer_regs_ and the consumers rise to consumer_regs_ (0: no rebalancing, one producer warp).
+  int producer_regs_ = 0, consumer_regs_ = 0;
   std::vector<const ir::Inst*> producer_scalars_;  // top-level scalars the producer recomputes
   std::string tma_issuer_ = "pl_tid() == 0";       // the condition under which copies are issued
   void choose_producer();
