@@ -170,6 +170,30 @@ TEST(CpuMemory, ElementwiseResultsAreComputedIntoTheirStore) {
   EXPECT_TRUE(same(cpu_s[0], interp_s[0]));
 }
 
+TEST(CpuMemory, LargeTwoDimensionalOutputsAreStreamedInChunks) {
+  // An output of 64 MiB or more is streamed past the caches: each row of a fused elementwise result
+  // in chunks of 64 elements computed into a small local array, the first one up to the output's
+  // next 64-byte boundary. Rows of 4099 float32 start at every alignment; blocks of 64 x 1000
+  // overhang both dimensions. Against the interpreter, bit for bit (one rounding per element).
+  const int64_t rows = 4100, cols = 4099;
+  ASSERT_GE(rows * cols * 4, int64_t{64} << 20);
+  Random rng;
+  pl::Array x = rng.normal({rows, cols}), y = rng.normal({rows, cols});
+  auto kernel = [](Ref x_ref, Ref y_ref, Ref o_ref) { o_ref[pl::all] = x_ref[pl::all] * 2.0f + y_ref[pl::all]; };
+  const pl::CallOptions o{.grid = {pl::cdiv(rows, 64), pl::cdiv(cols, 1000)}, .in_specs = {block2(64, 1000), block2(64, 1000)},
+                          .out_specs = {block2(64, 1000)}, .name = "streamed_store"};
+  auto [cpu, interp] = run_both(kernel, {pl::ShapeDtype({rows, cols}, pl::f32)}, o, {x, y});
+  EXPECT_TRUE(same(cpu[0], interp[0]));
+  auto call = pl::pallas_call(kernel, pl::ShapeDtype({rows, cols}, pl::f32), o);
+  const detail::InputTypes in{pl::ShapeDtype({rows, cols}, pl::f32), pl::ShapeDtype({rows, cols}, pl::f32)};
+  const palladium::cpu::GeneratedKernel generated =
+      palladium::cpu::generate(detail::trace_kernel(*call.impl(), detail::describe(*call.impl(), in)));
+  EXPECT_NE(generated.source.find("pl_chunk[pl_k - pl_c] = "), std::string::npos) << generated.source;
+  EXPECT_NE(generated.source.find("pl_cpu::store_row_streaming("), std::string::npos) << generated.source;
+  // The inputs' edge-block copies only: no block-sized array for the stored value.
+  EXPECT_LT(generated.frame_bytes, 3 * 64 * 1000 * 4) << "a block-sized stack array for the stored value";
+}
+
 TEST(CpuMemory, AtomicsFromManyPrograms) {
   // 256 programs each add their id into 4 counters, keep a running max/min, and count hits;
   // the old values returned by the counting add are a permutation of 0..255.
