@@ -1,8 +1,8 @@
 // What one core can move: the f32 add o = x + y of 2^26 elements written as plain loops (with
 // streaming stores, with and without software prefetch of the inputs), a read-only sum of the same
 // two inputs, and memcpy of one array, each the best of several runs. It bounds what cpu_bench's
-// add can reach against memcpy at one thread on a given machine (issue 14: the Xeon, where one
-// core's reads limit the add). Build: g++ -O3 -march=native -std=c++20 add_ceiling.cc
+// add can reach against memcpy at one thread on a given machine (issue 14: the Xeon's add at one
+// thread). x86 with AVX. Build: g++ -O3 -march=native -std=c++20 add_ceiling.cc
 #include <immintrin.h>
 
 #include <chrono>
