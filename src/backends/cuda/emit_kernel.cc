@@ -567,10 +567,12 @@ GeneratedKernel Emitter::run() {
   if (g.persistent) {
     const std::string programs = "  for (long long pl_block = pl_first_block; pl_block < " + std::to_string(g.num_programs) +
                                  "ll; pl_block += (long long)gridDim.x * gridDim.y) {\n";
-    src << producer_open << programs << program << producer << "  }\n    }\n" << consumer_open << programs << program << body_.str() << "  pl_consumer_barrier<" << threads_ << ">();\n  }\n  }\n";
+    src << producer_open << programs << program << producer << "  }\n    }\n"
+        << consumer_open << programs << program << body_.str() << "  pl_consumer_barrier<" << threads_
+        << ">();\n  }\n  }\n";
   } else {
     src << "  const long long pl_linear = " << linear << ";\n  (void)pl_linear;\n";
-    if (producer_warps_ > 0)  // the producer warp's lane 0 issues the rings' copies; the consumer warps run the body
+    if (producer_warps_ > 0)  // the producer's first lane issues the rings' copies; the consumer warps run the body
       src << producer_open << producer << "    }\n" << consumer_open << body_.str() << "  }\n";
     else
       src << body_.str();
