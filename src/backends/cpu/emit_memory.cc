@@ -183,8 +183,7 @@ void Emitter::emit_store(const ir::Inst& in) {
   if (auto f = fused_store_.find(&in); f != fused_store_.end()) {
     const FusionGroup& g = groups_[f->second];
     if (!a.counts.empty() && a.steps.back() == 1) {
-      if (streaming) emit_fused_rows_streaming(in, a, g);
-      else emit_fused_rows(in, a, g);
+      emit_fused_rows(in, a, g, streaming);
       close();
       return;
     }
@@ -217,46 +216,39 @@ void Emitter::emit_store(const ir::Inst& in) {
 
 // The store of a fused group's result (plan_fused_store), computed row by row straight into the
 // output: element i of the value is computed where it is stored, and only the row's part inside
-// the array is computed.
-void Emitter::emit_fused_rows(const ir::Inst& in, const Access& a, const FusionGroup& g) {
+// the array is computed. An output streamed past the caches is written in chunks of 64 elements
+// (the first one up to the output's next 64-byte boundary, so that the others fill whole lines),
+// each computed into a small local array and then streamed out. Computing the whole block into a
+// block-sized array first, then streaming it, read that array back from L2: on the Zen 4 an add of
+// 2^26 float32 at one thread ran 38-40 ms that way against 22-25 ms in chunks (stop 32).
+void Emitter::emit_fused_rows(const ir::Inst& in, const Access& a, const FusionGroup& g, bool streaming) {
   const ir::RefParam& p = kernel_.refs[static_cast<size_t>(in.i0)];
   const std::string base = ref_pointer(static_cast<int>(in.i0));
   const std::string result = temp(in.operands[in.index.size()]);
-  emit_rows(a, [&](const std::string& flat, const std::string& off, const std::string& lo, const std::string& hi) {
+  // Elements [from, to) of the row at `flat`, each handed to `store`.
+  auto elements = [&](const std::string& flat, const std::string& from, const std::string& to, const std::string& store) {
     line("PL_NO_ALIAS_LOOP");
-    open("for (int64_t pl_k = " + lo + "; pl_k < (" + hi + "); ++pl_k)");
+    open("for (int64_t pl_k = " + from + "; pl_k < (" + to + "); ++pl_k)");
     line("const int64_t i = " + flat + " + pl_k;");
     emit_group_body(g, false);
-    line(base + "[" + off + " + pl_k] = pl_cpu::to_storage<" + storage_type(p.dtype) + ">(" + result + ");");
+    line(store);
     close();
-  });
-}
-
-// The same for an output streamed past the caches: each row in chunks of 64 elements (the first
-// one up to the next 64-byte boundary of the output, so that the others fill whole lines), each
-// computed into a small local array and then streamed out. Computing the whole block into a
-// block-sized array first, then streaming it, read that array back from L2: on the Zen 4 an add of
-// 2^26 float32 at one thread ran 38-40 ms that way against 22-25 ms in chunks (stop 32).
-void Emitter::emit_fused_rows_streaming(const ir::Inst& in, const Access& a, const FusionGroup& g) {
-  const std::string base = ref_pointer(static_cast<int>(in.i0));
-  const std::string result = temp(in.operands[in.index.size()]);
+  };
   emit_rows(a, [&](const std::string& flat, const std::string& off, const std::string& lo, const std::string& hi) {
+    if (!streaming) {
+      elements(flat, lo, hi, base + "[" + off + " + pl_k] = pl_cpu::to_storage<" + storage_type(p.dtype) + ">(" + result + ");");
+      return;
+    }
     open("");
-    line("const int64_t pl_hi = " + hi + ";");
+    line("const int64_t pl_lo = " + lo + ", pl_hi = " + hi + ";");
     // Integer arithmetic on the address: the row's part may be empty and lie past the array.
     line("const int64_t pl_head = static_cast<int64_t>((64 - ((reinterpret_cast<uintptr_t>(" + base +
-         ") + static_cast<uintptr_t>((" + off + ") + (" + lo + ")) * 4) & 63)) & 63) / 4;  // elements before the next line");
-    line("const int64_t pl_lo = " + lo + ";");
+         ") + static_cast<uintptr_t>((" + off + ") + pl_lo) * 4) & 63)) & 63) / 4;  // elements before the next line");
     open("for (int64_t pl_c = pl_lo, pl_ce = 0; pl_c < pl_hi; pl_c = pl_ce)");
     line("pl_ce = pl_c + (pl_c == pl_lo && pl_head > 0 ? pl_head : 64);");
     line("if (pl_ce > pl_hi) pl_ce = pl_hi;");
     line("alignas(64) float pl_chunk[64];");
-    line("PL_NO_ALIAS_LOOP");
-    open("for (int64_t pl_k = pl_c; pl_k < pl_ce; ++pl_k)");
-    line("const int64_t i = " + flat + " + pl_k;");
-    emit_group_body(g, false);
-    line("pl_chunk[pl_k - pl_c] = " + result + ";");
-    close();
+    elements(flat, "pl_c", "pl_ce", "pl_chunk[pl_k - pl_c] = " + result + ";");
     line("pl_cpu::store_row_streaming(" + base + ", (" + off + ") + pl_c, 0, pl_ce - pl_c, pl_chunk);");
     close();
     close();

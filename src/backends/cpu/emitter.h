@@ -112,8 +112,7 @@ class Emitter {
                                         const std::string& hi)>;
   Access plan_access(const ir::Inst& in);
   void emit_rows(const Access& a, const RowEmitter& row);
-  void emit_fused_rows(const ir::Inst& store, const Access& a, const FusionGroup& g);
-  void emit_fused_rows_streaming(const ir::Inst& in, const Access& a, const FusionGroup& g);
+  void emit_fused_rows(const ir::Inst& store, const Access& a, const FusionGroup& g, bool streaming);
   void emit_load(const ir::Inst& in);
   // A load from an input ref whose every user is an elementwise loop: read in place (see emit_load).
   bool reads_in_place(const ir::Inst& load) const;

@@ -45,12 +45,10 @@ bool producer_computable(ir::Op op) {
   return (ir::op_family(op) == ir::Family::Leaf && op != ir::Op::Iota) || is_index_arith(op);
 }
 
-bool env_on(const char* name) {
-  const char* env = std::getenv(name);
+bool pingpong_enabled() {
+  const char* env = std::getenv("PALLADIUM_CUDA_PINGPONG");
   return env && std::string(env) == "1";
 }
-
-bool pingpong_enabled() { return env_on("PALLADIUM_CUDA_PINGPONG"); }
 
 bool register_rebalancing_enabled() {
   const char* env = std::getenv("PALLADIUM_CUDA_REG_SHARE");
@@ -135,7 +133,7 @@ void Emitter::choose_producer() {
   }
 }
 
-// Lane 0 of the producer warp: the scalars, then each served loop's rounds in program order, a
+// The producer's first lane: the scalars, then each served loop's rounds in program order, a
 // slot's refill waiting for the consumers' arrivals of its previous use (the k-th refill of a slot
 // waits for the k-th completion of its empty barrier, of parity (k - 1) & 1).
 std::string Emitter::producer_code() {
