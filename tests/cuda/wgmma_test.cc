@@ -172,28 +172,52 @@ TEST(CudaWgmma, PipelinedAttentionLoop) {
   }
 }
 
-// The pipelined attention forward (head_dim 128, block_k 64, one program per SM) is served by a
-// producer warpgroup that hands its registers to the two consumer warpgroups (setmaxnreg: 168 a
-// thread at launch, 24 and 240 after), and ptxas keeps its wgmma asynchronous: compiled again with
+// The pipelined attention forward (head_dim 128, one program per SM) is served by a producer
+// warpgroup that hands its registers to the two consumer warpgroups (setmaxnreg: 168 a thread at
+// launch, 24 and 240 after), and ptxas keeps its wgmma asynchronous: compiled again with
 // PALLADIUM_CUDA_PTXAS_VERBOSE=1, ptxas's report has no C7520 (wgmma serialised: what a single producer
-// warp caused), no C7508 (setmaxnreg ignored) and no spills. With PALLADIUM_CUDA_REG_SHARE=0 the
-// loop has no producer. Both against float64.
+// warp caused), no C7508 (setmaxnreg ignored) and no spills. K's and V's tiles complete and go back
+// on barriers of their own (K's of the next iteration at the end of an iteration, V's of the
+// previous one), which lets block_k 128 run pipelined on the two stages that fit, where every
+// program runs the loop alike (not causal). With PALLADIUM_CUDA_REG_SHARE=0 the loop has no
+// producer. All against float64.
 TEST(CudaWgmma, PipelinedAttentionLoopGetsAProducerWarpgroup) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;
-  for (bool rebalance : {true, false}) {
-    SCOPED_TRACE(rebalance ? "producer warpgroup" : "PALLADIUM_CUDA_REG_SHARE=0");
-    test_support::ScopedEnv share{"PALLADIUM_CUDA_REG_SHARE", rebalance ? "1" : "0"};
+  struct Variant {
+    int64_t block_k;
+    bool causal, rebalance, pipelined;
+  };
+  int index = 0;
+  for (const Variant v : {Variant{64, true, true, true}, Variant{128, false, true, true}, Variant{128, true, true, false},
+                          Variant{64, true, false, true}}) {
+    SCOPED_TRACE("block_k " + std::to_string(v.block_k) + (v.causal ? ", causal" : "") +
+                 (v.rebalance ? ", producer warpgroup" : ", PALLADIUM_CUDA_REG_SHARE=0"));
+    test_support::ScopedEnv share{"PALLADIUM_CUDA_REG_SHARE", v.rebalance ? "1" : "0"};
+    // Distinct scales: ops keeps one pallas_call per configuration.
+    const float scale = 0.0886f + 0.0001f * static_cast<float>(index);
+    const uint64_t seed = 61 + 4 * static_cast<uint64_t>(index++);
     const std::string source = checked_attention_source(
-        "mha_forward", {1, 512, 2, 128}, rebalance ? 61 : 65,
-        {.sm_scale = rebalance ? 0.0886f : 0.0887f, .causal = true, .block_q = 128, .block_k = 64}, false);
+        "mha_forward", {1, 512, 2, 128}, seed,
+        {.sm_scale = scale, .causal = v.causal, .block_q = 128, .block_k = v.block_k}, false);
     ASSERT_FALSE(source.empty()) << "no generated source";
-    EXPECT_NE(source.find("pl_wgmma_wait<1>"), std::string::npos) << "the loop is not software-pipelined";
-    EXPECT_EQ(source.find("__launch_bounds__(384, 1)") != std::string::npos, rebalance);
-    EXPECT_EQ(source.find("pl_regs_decrease<24>();") != std::string::npos, rebalance);
-    EXPECT_EQ(source.find("pl_regs_increase<240>();") != std::string::npos, rebalance);
-    EXPECT_EQ(source.find("if (pl_warp() >= 8) {") != std::string::npos, rebalance);
-    if (!rebalance) continue;
+    const bool served = v.rebalance && v.pipelined;
+    EXPECT_EQ(source.find("pl_wgmma_wait<1>") != std::string::npos, v.pipelined) << "software-pipelined";
+    EXPECT_EQ(source.find("__launch_bounds__(384, 1)") != std::string::npos, served);
+    EXPECT_EQ(source.find("pl_regs_decrease<24>();") != std::string::npos, served);
+    EXPECT_EQ(source.find("pl_regs_increase<240>();") != std::string::npos, served);
+    EXPECT_EQ(source.find("if (pl_warp() >= 8) {") != std::string::npos, served);
+    if (!served) continue;
+    const std::string stages = v.block_k == 128 ? "2" : "4";
+    EXPECT_NE(source.find("for (int s = 0; s < " + stages + "; ++s) pl_mbar_init(&pl_empty1[s], 8);"), std::string::npos)
+        << "no separate barriers for V's tiles at " << stages << " stages";
+    const std::string body = first_loop(source);
+    ASSERT_FALSE(body.empty()) << "no loop in the generated source";
+    EXPECT_EQ(test_support::count_of(body, "pl_mbar_wait(&pl_full0["), 1u);  // K of the next iteration
+    EXPECT_EQ(test_support::count_of(body, "pl_mbar_wait(&pl_full1["), 1u);  // V of this one
+    EXPECT_EQ(test_support::count_of(body, "pl_mbar_arrive(&pl_empty0["), 1u);
+    EXPECT_EQ(test_support::count_of(body, "pl_mbar_arrive(&pl_empty1["), 1u);
+    EXPECT_EQ(test_support::count_of(body, "__syncthreads();"), 0u);
     cuda::GeneratedKernel g;
     g.entry = "pl_mha_forward";
     g.source = source;

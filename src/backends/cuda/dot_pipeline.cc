@@ -6,7 +6,9 @@
 // last dot is retired only where its accumulator (a loop carry) is next read, after the next
 // iteration's elementwise work. The tensor cores then run dot(p, v_i) while the warps compute on
 // s_{i+1}. Prefetched tiles move to a distance of stages - 2 iterations so that no buffer is
-// overwritten while an in-flight dot still reads it. PALLADIUM_CUDA_PIPELINE=0 turns this off.
+// overwritten while an in-flight dot still reads it; served by a producer warpgroup, the slots
+// come back on barriers instead (K's and V's apart, emit_producer.cc), and two stages do.
+// PALLADIUM_CUDA_PIPELINE=0 turns this off.
 #include <cstdlib>
 #include <functional>
 
@@ -24,7 +26,8 @@ bool is_elementwise(ir::Op op) {
 
 void Emitter::find_pipelined_loops() {
   const char* env = std::getenv("PALLADIUM_CUDA_PIPELINE");
-  if ((env && std::string(env) == "0") || wgmma_dots_.empty() || stages_ < 3) return;
+  // Two stages pipeline an attention loop only where the producer serves it (drop_short_pipelines).
+  if ((env && std::string(env) == "0") || wgmma_dots_.empty() || stages_ < 2) return;
   std::function<void(const ir::Region&)> visit = [&](const ir::Region& r) {
     for (const ir::Inst& loop : r.body) {
       for (const ir::Region& sub : loop.regions) visit(sub);
@@ -52,7 +55,7 @@ void Emitter::find_pipelined_loops() {
       if (dots.size() == 1) {
         // A K loop, acc = acc + dot(a_i, b_i): each dot stays in flight while the next
         // iteration's tiles are awaited; consecutive MMAs into one accumulator need no wait.
-        if (addend != p.carry_arg) continue;
+        if (addend != p.carry_arg || stages_ < 3) continue;
         pipelined_[&loop] = p;
         continue;
       }
@@ -95,12 +98,14 @@ void Emitter::emit_pipeline_prologue(const PipelinedLoop& p) {
   if (!p.first_dot) return;
   const ir::Inst& loop = *p.loop;
   const std::string lo = name(loop.operands[0]) + "[0]", hi = name(loop.operands[1]) + "[0]";
+  const bool split = tma_ring(loop) && tma_ring(loop)->split;
   declare(p.first_dot->results[0]);
   open("if (" + lo + " < " + hi + ")");
-  emit_prefetch_wait(loop, lo);
+  emit_prefetch_wait(loop, lo, split ? 0 : -1);
   emit_first_dot_issue(p, lo);
   line("pl_wgmma_commit();");
   line("pl_wgmma_wait<0>();");
+  if (split) emit_slot_release(loop, 0, lo);  // K's slot: its one dot is retired
   close();
 }
 
@@ -124,11 +129,13 @@ void Emitter::emit_pipeline_next_issue(const PipelinedLoop& p) {
   if (!p.first_dot) return;
   const ir::Region& body = p.loop->regions[0];
   const std::string i = name(body.args[0]) + "[0]", hi = name(p.loop->operands[1]) + "[0]";
-  emit_prefetch_wait(*p.loop, i + " + 1");
+  const bool split = tma_ring(*p.loop) && tma_ring(*p.loop)->split;
+  emit_prefetch_wait(*p.loop, i + " + 1", split ? 0 : -1);
   open("if (" + i + " + 1 < " + hi + ")");
   emit_first_dot_issue(p, i + " + 1");
   close();
   line("pl_wgmma_commit();");
+  if (split) emit_prefetch_wait(*p.loop, i, 1);  // this iteration's other tiles (V), for the last dot
 }
 
 }  // namespace palladium::cuda

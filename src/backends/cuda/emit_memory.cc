@@ -377,17 +377,22 @@ std::string Emitter::ring_slot(const ir::Inst& loop, const std::string& iteratio
 
 int Emitter::prefetch_distance(const ir::Inst& loop) const { return stages_ - (pipelined_loop(loop) ? 2 : 1); }
 
-void Emitter::emit_prefetch_round(const ir::Inst& loop, const std::string& var, const std::string& iteration) {
+void Emitter::emit_prefetch_round(const ir::Inst& loop, const std::string& var, const std::string& iteration, int group) {
   const std::string hi = name(loop.operands[1]) + "[0]";
+  const TmaRing* ring = tma_ring(loop);
+  const bool split = ring && ring->split;
+  PL_ASSERT(!split || group >= 0, "a split ring's round goes out by groups");
   open("");
   line("const " + reg_type(type(loop.regions[0].args[0]).dtype) + " " + var + " = " + iteration + ";");
   open("if (" + var + " < " + hi + ")");
-  const TmaRing* ring = tma_ring(loop);
   if (ring) {  // the arrival with the round's byte count goes before its copies
-    line("unsigned long long* const pl_bar = &pl_full" + std::to_string(ring->index) + "[" + ring_slot(loop, var) + "];");
-    line("if (" + tma_issuer_ + ") pl_mbar_expect_tx(pl_bar, " + std::to_string(ring->bytes) + "u);");
+    const int64_t bytes = split ? ring->group_bytes[group] : ring->bytes;
+    line("unsigned long long* const pl_bar = &pl_full" + std::to_string(barrier_set(loop, group)) + "[" +
+         ring_slot(loop, var) + "];");
+    line("if (" + tma_issuer_ + ") pl_mbar_expect_tx(pl_bar, " + std::to_string(bytes) + "u);");
   }
-  for (const ir::Inst* in : prefetched_loads(loop)) emit_prefetch_issue(*in, var, home_buffer(in->results[0], var));
+  for (const ir::Inst* in : prefetched_loads(loop))
+    if (!split || load_group(loop, *in) == group) emit_prefetch_issue(*in, var, home_buffer(in->results[0], var));
   close();
   close();
   if (!ring || ring->cp_async) line("pl_cp_async_commit();");
@@ -396,11 +401,12 @@ void Emitter::emit_prefetch_round(const ir::Inst& loop, const std::string& var, 
 // The cp.async rounds are committed in iteration order, so at most distance - 1 younger ones may
 // stay in flight; the TMA copies complete on their slot's barrier, in the phase whose parity the
 // slot's bit holds.
-void Emitter::emit_prefetch_wait(const ir::Inst& loop, const std::string& iteration) {
+void Emitter::emit_prefetch_wait(const ir::Inst& loop, const std::string& iteration, int group) {
   const TmaRing* ring = tma_ring(loop);
+  PL_ASSERT(!ring || !ring->split || group >= 0, "a split ring's rounds are awaited by groups");
   if (!ring || ring->cp_async) line("pl_cp_async_wait<" + std::to_string(prefetch_distance(loop) - 1) + ">();");
   if (ring) {
-    const std::string r = std::to_string(ring->index);
+    const std::string r = std::to_string(barrier_set(loop, group));
     open("if (" + iteration + " < " + name(loop.operands[1]) + "[0])");  // past the end no round was issued
     line("const int pl_s = (int)" + ring_slot(loop, iteration) + ";");
     line("pl_mbar_wait(&pl_full" + r + "[pl_s], (pl_phase" + r + " >> pl_s) & 1u);");

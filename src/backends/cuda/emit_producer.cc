@@ -58,6 +58,13 @@ bool register_rebalancing_enabled() {
 }  // namespace
 
 void Emitter::choose_producer() {
+  if (pingpong_enabled()) drop_short_pipelines();  // the opt-in ping-pong takes turns in the unpipelined loop
+  assign_producer();
+  drop_short_pipelines();
+  split_served_rings();
+}
+
+void Emitter::assign_producer() {
   const char* env = std::getenv("PALLADIUM_CUDA_WARP_SPECIALIZE");
   if ((env && std::string(env) == "0") || tma_rings_.empty() || k_.any_sequential() || !reuse_barriers_.empty() ||
       threads_ % 128 != 0 || threads_ + 32 > 1024)
@@ -84,6 +91,20 @@ void Emitter::choose_producer() {
     // warpgroup-wide setmaxnreg at the top of the consumers' branch keeps them converged.
     if (ring.cp_async || (pipe && pipe->first_dot && !rebalance) || loop < &top.front() || loop > &top.back())
       continue;
+    // On two stages only a ring that splits (K's tiles from the rest) keeps the loop from waiting
+    // for the slot that it is about to give back. And only where every program runs the loop
+    // alike: whose bounds depend on the program (the causal forward's triangle) ran 3-6% slower
+    // pipelined on two stages (H100, stop 33 jobs 1-2: d128 s2048 / s8192 causal, blocks 128 x 128,
+    // against +2-6% without the mask; Nsight Compute on s2048 causal: tensor pipes 36.7% busy
+    // against 39.2%, long-scoreboard stalls 0.57 per issue against 0.25; cause not found).
+    if (pipe && pipe->first_dot && stages_ < 3) {
+      const DotOperands first = dot_operands(*pipe->first_dot);
+      bool others = false;
+      for (const ir::Inst* load : prefetched_loads(*loop))
+        others = others || (load->results[0] != first.a && load->results[0] != first.b);
+      const bool alike = program_axes_of(loop->operands[0]).empty() && program_axes_of(loop->operands[1]).empty();
+      if (!others || !alike) continue;
+    }
     // Unpipelined: only where two warpgroups can take turns at the loop's dots.
     int body_dots = 0;
     for (const ir::Inst& in : loop->regions[0].body) body_dots += wgmma_dots_.count(&in) ? 1 : 0;
@@ -133,9 +154,49 @@ void Emitter::choose_producer() {
   }
 }
 
+// A pipelined attention loop (first dot a round ahead) is pipelined at two stages only where the
+// producer serves it: there each slot comes back on its own barriers, and no prefetch distance of
+// stages - 2 is needed.
+void Emitter::drop_short_pipelines() {
+  if (stages_ >= 3) return;
+  for (auto it = pipelined_.begin(); it != pipelined_.end();) {
+    if (!it->second.first_dot || producer_serves(*it->first)) {
+      ++it;
+      continue;
+    }
+    pipelined_by_dot_.erase(it->second.first_dot);
+    pipelined_by_dot_.erase(it->second.last_dot);
+    in_place_.erase(it->second.carry_reader->results[0]);
+    it = pipelined_.erase(it);
+  }
+}
+
+// A served pipelined attention loop: at the end of iteration i its q k^T of iteration i + 1 is
+// retired, while p v of iteration i still reads V. With one barrier per slot, K's buffer of
+// iteration i + 1 would wait for V's, so the ring's next use of that slot could start only when
+// p v of iteration i + 1 retires. Split, K's slot goes back a round earlier than V's (the
+// FlashAttention-3 arrangement), which is what lets the loop run on two stages (head_dim 128,
+// blocks 128 x 128, where a third does not fit).
+void Emitter::split_served_rings() {
+  int set = 0;
+  for (auto& [loop, ring] : tma_rings_) {
+    ring.first_set = set;
+    const PipelinedLoop* pipe = pipelined_loop(*loop);
+    if (producer_serves(*loop) && pipe && pipe->first_dot) {
+      ring.split = true;
+      ring.group_bytes[0] = ring.group_bytes[1] = 0;
+      for (const ir::Inst* load : prefetched_loads(*loop))
+        ring.group_bytes[load_group(*loop, *load)] += smem_home.at(load->results[0]).bytes();
+      if (ring.group_bytes[0] == 0 || ring.group_bytes[1] == 0) ring.split = false;  // nothing to split
+    }
+    set += ring.split ? 2 : 1;
+  }
+}
+
 // The producer's first lane: the scalars, then each served loop's rounds in program order, a
 // slot's refill waiting for the consumers' arrivals of its previous use (the k-th refill of a slot
-// waits for the k-th completion of its empty barrier, of parity (k - 1) & 1).
+// waits for the k-th completion of its empty barrier, of parity (k - 1) & 1). A split ring's
+// round goes out as its two groups, each after its own slot's arrivals.
 std::string Emitter::producer_code() {
   if (producer_warps_ == 0) return "";
   std::ostringstream consumers;
@@ -148,11 +209,28 @@ std::string Emitter::producer_code() {
     if (!producer_serves(loop)) continue;
     const std::string lo = name(loop.operands[0]) + "[0]", hi = name(loop.operands[1]) + "[0]";
     const std::string s = std::to_string(stages_), r = std::to_string(tma_ring(loop)->index);
+    // The refill of use `u` (C++ text) of `group`'s slot, after the consumers gave back its previous use.
+    auto refill = [&](int group, const std::string& u, const std::string& iteration) {
+      const std::string e = "pl_empty" + std::to_string(barrier_set(loop, group));
+      line("if (" + u + " >= " + s + ") pl_mbar_wait(&" + e + "[(" + u + ") % " + s + "], (unsigned)(((" + u + ") / " + s +
+           " - 1) & 1));");
+      emit_prefetch_round(loop, "pl_nx", iteration, tma_ring(loop)->split ? group : -1);
+    };
+    const bool split = tma_ring(loop)->split;
+    // Split, K's tiles go out a round ahead of V's: K's slot comes back a round earlier.
+    if (split) {
+      open("if (" + lo + " < " + hi + ")");
+      refill(0, "pl_base" + r, lo);
+      close();
+    }
     open("for (" + reg_type(type(loop.regions[0].args[0]).dtype) + " pl_p = " + lo + "; pl_p < " + hi + "; ++pl_p)");
     line("const int pl_use = pl_base" + r + " + (int)(pl_p - " + lo + ");  // uses of the ring so far");
-    line("if (pl_use >= " + s + ") pl_mbar_wait(&pl_empty" + r + "[pl_use % " + s + "], (unsigned)((pl_use / " + s +
-         " - 1) & 1));");
-    emit_prefetch_round(loop, "pl_nx", "pl_p");
+    if (split) {
+      open("if (pl_p + 1 < " + hi + ")");
+      refill(0, "pl_use + 1", "pl_p + 1");
+      close();
+    }
+    refill(split ? 1 : 0, "pl_use", "pl_p");
     close();
     line("if (" + hi + " > " + lo + ") pl_base" + r + " += (int)(" + hi + " - " + lo + ");");
   }
@@ -164,32 +242,43 @@ std::string Emitter::producer_code() {
 
 // The end of iteration i of a served loop. Pipelined (a K loop), iteration i - 1's dot is retired,
 // so its slot goes back to the producer, one arrival per consumer warp; unpipelined, iteration i's
-// own dots are (emit_region retires them at the body's end).
+// own dots are (emit_region retires them at the body's end). Split (an attention loop), q k^T of
+// iteration i + 1 is retired (the last dot's wait<1>), so K's slot of i + 1 goes back, and V's of
+// i - 1 (its p v was retired where the accumulator was read in this iteration). V's release there,
+// right after that wait, was no faster (H100, stop 33 job 2) and made ptxas serialise the wgmma of
+// the block_k 64 loop (C7520) with the H100 machine's NVRTC.
 void Emitter::emit_consumer_release(const ir::Inst& loop) {
   const std::string i = name(loop.regions[0].args[0]) + "[0]", lo = name(loop.operands[0]) + "[0]";
-  const std::string empty = "pl_empty" + std::to_string(tma_ring(loop)->index);
   if (!pipelined_loop(loop)) {
-    line("__syncwarp();");
-    line("if (pl_lane() == 0) pl_mbar_arrive(&" + empty + "[" + ring_slot(loop, i) + "]);");
+    emit_slot_release(loop, 0, i);
     return;
   }
+  const bool split = tma_ring(loop)->split;
+  if (split) {
+    open("if (" + i + " + 1 < " + name(loop.operands[1]) + "[0])");
+    emit_slot_release(loop, 0, i + " + 1");
+    close();
+  }
   open("if (" + i + " > " + lo + ")");
-  line("__syncwarp();");
-  line("if (pl_lane() == 0) pl_mbar_arrive(&" + empty + "[" + ring_slot(loop, i + " - 1") + "]);");
+  emit_slot_release(loop, split ? 1 : 0, i + " - 1");
   close();
 }
 
+void Emitter::emit_slot_release(const ir::Inst& loop, int group, const std::string& iteration) {
+  line("__syncwarp();");
+  line("if (pl_lane() == 0) pl_mbar_arrive(&pl_empty" + std::to_string(barrier_set(loop, group)) + "[" +
+       ring_slot(loop, iteration) + "]);");
+}
+
 // After the loop, its last dot retired: a pipelined loop's last slot goes back too (a later run of
-// the loop, for the block's next program, refills it), and the ring's count moves on.
+// the loop, for the block's next program, refills it; split, only V's: K's went back in the
+// loop), and the ring's count moves on.
 void Emitter::emit_consumer_loop_end(const ir::Inst& loop) {
   const std::string lo = name(loop.operands[0]) + "[0]", hi = name(loop.operands[1]) + "[0]";
-  const std::string r = std::to_string(tma_ring(loop)->index);
+  const TmaRing& ring = *tma_ring(loop);
   open("if (" + hi + " > " + lo + ")");
-  if (pipelined_loop(loop)) {
-    line("__syncwarp();");
-    line("if (pl_lane() == 0) pl_mbar_arrive(&pl_empty" + r + "[" + ring_slot(loop, hi + " - 1") + "]);");
-  }
-  line("pl_base" + r + " += (int)(" + hi + " - " + lo + ");");
+  if (pipelined_loop(loop)) emit_slot_release(loop, ring.split ? 1 : 0, hi + " - 1");
+  line("pl_base" + std::to_string(ring.index) + " += (int)(" + hi + " - " + lo + ");");
   close();
 }
 

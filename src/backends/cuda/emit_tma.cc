@@ -77,7 +77,7 @@ void Emitter::choose_tma() {
   int index = 0;
   const char* late = std::getenv("PALLADIUM_CUDA_TMA_AFTER_DOT");  // =0: rounds where the loads stand
   for (auto& [loop, ring] : tma_rings_) {
-    ring.index = index++;
+    ring.first_set = ring.index = index++;
     const auto pipe = pipelined_.find(loop);
     if (!ring.cp_async && pipe != pipelined_.end() && !pipe->second.first_dot && !(late && std::string(late) == "0"))
       round_issue_[loop] = RoundIssue::AfterLastDot;
@@ -107,8 +107,27 @@ void Emitter::emit_tma_home_waits(const ir::Inst& loop) {
 }
 
 int64_t Emitter::tma_barrier_bytes() const {
-  const int64_t rings = static_cast<int64_t>(tma_rings_.size()) * stages_ * (producer_warps_ > 0 ? 2 : 1);
+  const int64_t rings = static_cast<int64_t>(barrier_sets()) * stages_ * (producer_warps_ > 0 ? 2 : 1);
   return (rings + static_cast<int64_t>(tma_homes_.size())) * 8;
+}
+
+int Emitter::barrier_sets() const {
+  int sets = 0;
+  for (const auto& [loop, ring] : tma_rings_) sets += ring.split ? 2 : 1;
+  return sets;
+}
+
+int Emitter::barrier_set(const ir::Inst& loop, int group) const {
+  const TmaRing& ring = tma_rings_.at(&loop);
+  return ring.first_set + (ring.split && group > 0 ? 1 : 0);
+}
+
+int Emitter::load_group(const ir::Inst& loop, const ir::Inst& load) const {
+  const TmaRing* ring = tma_ring(loop);
+  const PipelinedLoop* pipe = pipelined_loop(loop);
+  if (!ring || !ring->split || !pipe || !pipe->first_dot) return 0;
+  const DotOperands o = dot_operands(*pipe->first_dot);
+  return o.a == load.results[0] || o.b == load.results[0] ? 0 : 1;
 }
 
 // The barriers sit in dynamic shared memory at `offset` (8-byte aligned): a static __shared__
@@ -117,31 +136,34 @@ int64_t Emitter::tma_barrier_bytes() const {
 std::string Emitter::tma_kernel_setup(int64_t offset) const {
   if (tma_rings_.empty() && tma_homes_.empty()) return "";
   std::string out;
-  const int64_t homes_at = offset + static_cast<int64_t>(tma_rings_.size()) * stages_ * 8;
+  const int64_t homes_at = offset + static_cast<int64_t>(barrier_sets()) * stages_ * 8;
   const int64_t empties_at = homes_at + static_cast<int64_t>(tma_homes_.size()) * 8;
   for (const auto& [v, index] : tma_homes_)
     out += "  unsigned long long* const pl_home_bar" + std::to_string(index) + " = (unsigned long long*)(pl_smem + " +
            std::to_string(homes_at + index * 8) + ");\n";
+  // Per barrier set: its full barriers and phase bits, and, served by the producer, its empty barriers.
+  std::string init;
   for (const auto& [loop, ring] : tma_rings_) {
-    const std::string r = std::to_string(ring.index);
-    out += "  unsigned long long* const pl_full" + r + " = (unsigned long long*)(pl_smem + " +
-           std::to_string(offset + ring.index * stages_ * 8) + ");\n";
-    out += "  unsigned pl_phase" + r + " = 0;  // bit s: the parity of slot s's next phase\n";
+    for (int set = ring.first_set; set < ring.first_set + (ring.split ? 2 : 1); ++set) {
+      const std::string b = std::to_string(set);
+      out += "  unsigned long long* const pl_full" + b + " = (unsigned long long*)(pl_smem + " +
+             std::to_string(offset + set * stages_ * 8) + ");\n";
+      out += "  unsigned pl_phase" + b + " = 0;  // bit s: the parity of slot s's next phase\n";
+      init += "    for (int s = 0; s < " + std::to_string(stages_) + "; ++s) pl_mbar_init(&pl_full" + b + "[s], 1);\n";
+      if (!producer_serves(*loop)) continue;
+      out += "  unsigned long long* const pl_empty" + b + " = (unsigned long long*)(pl_smem + " +
+             std::to_string(empties_at + set * stages_ * 8) + ");\n";
+      // each consumer warp arrives once per use of a slot
+      init += "    for (int s = 0; s < " + std::to_string(stages_) + "; ++s) pl_mbar_init(&pl_empty" + b + "[s], " +
+              std::to_string(threads_ / 32) + ");\n";
+    }
     if (producer_serves(*loop))
-      out += "  unsigned long long* const pl_empty" + r + " = (unsigned long long*)(pl_smem + " +
-             std::to_string(empties_at + ring.index * stages_ * 8) + ");\n  int pl_base" + r +
-             " = 0;  // the ring's uses by earlier runs of its loop\n";
+      out += "  int pl_base" + std::to_string(ring.index) + " = 0;  // the ring's uses by earlier runs of its loop\n";
   }
   out += "  if (pl_tid() == 0) {\n";
   for (size_t m = 0; m < tensor_maps_.size(); ++m) out += "    pl_tma_prefetch_map(&pl_tmap" + std::to_string(m) + ");\n";
-  for (const auto& [loop, ring] : tma_rings_)
-    out += "    for (int s = 0; s < " + std::to_string(stages_) + "; ++s) pl_mbar_init(&pl_full" +
-           std::to_string(ring.index) + "[s], 1);\n";
+  out += init;
   for (const auto& [v, index] : tma_homes_) out += "    pl_mbar_init(pl_home_bar" + std::to_string(index) + ", 1);\n";
-  for (const auto& [loop, ring] : tma_rings_)  // each consumer warp arrives once per use of a slot
-    if (producer_serves(*loop))
-      out += "    for (int s = 0; s < " + std::to_string(stages_) + "; ++s) pl_mbar_init(&pl_empty" +
-             std::to_string(ring.index) + "[s], " + std::to_string(threads_ / 32) + ");\n";
   out += "    pl_fence_mbar_init();\n  }\n  __syncthreads();\n";
   return out;
 }

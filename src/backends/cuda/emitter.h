@@ -228,19 +228,27 @@ class Emitter {
   // the variable `var`) when it is below the loop's end: its TMA copies after thread 0's arrival
   // on the slot's barrier, its other loads' cp.async copies as one group (committed, empty past
   // the end, so that every iteration commits one, unless the ring has none).
-  void emit_prefetch_round(const ir::Inst& loop, const std::string& var, const std::string& iteration);
+  // In a split ring, `group` names the half of the round (its loads, bytes and barrier).
+  void emit_prefetch_round(const ir::Inst& loop, const std::string& var, const std::string& iteration, int group = -1);
   // Waits for the round of loop index `iteration` (C++ text; rounds are awaited in iteration
-  // order) and makes its tiles visible (to every thread, and to wgmma).
-  void emit_prefetch_wait(const ir::Inst& loop, const std::string& iteration);
+  // order) and makes its tiles visible (to every thread, and to wgmma); in a split ring, for one group's.
+  void emit_prefetch_wait(const ir::Inst& loop, const std::string& iteration, int group = -1);
   // TMA (emit_tma.cc): prefetched swizzled homes brought in by the tensor memory accelerator, one
   // thread issuing each round's copies, which complete on the ring slot's mbarrier.
   struct TmaLoad {
     int map = 0;  // index into tensor_maps_ (the kernel parameter pl_tmap<map>)
   };
   struct TmaRing {
-    int index = 0;            // its barriers pl_full<index>[stages_] and phase bits pl_phase<index>
+    int index = 0;            // its slot count pl_base<index> (served by the producer)
     int64_t bytes = 0;        // what a round's copies deliver
     bool cp_async = false;    // the round also has loads copied by cp.async
+    // A software-pipelined attention loop served by the producer splits its round in two groups,
+    // each completing and going back on barriers of its own: the first dot's tiles (group 0) and
+    // the rest (group 1), so that K's slot is refilled while V's is still read (emit_producer.cc).
+    bool split = false;
+    int64_t group_bytes[2] = {0, 0};
+    // Its barrier sets (one per group): pl_full<set>[stages_], pl_phase<set>, pl_empty<set>[stages_].
+    int first_set = 0;
   };
   std::map<ir::ValueId, TmaLoad> tma_loads_;
   // Homes loaded once at the kernel's top level through the TMA: the copy is issued where the
@@ -274,10 +282,15 @@ class Emitter {
   int producer_regs_ = 0, consumer_regs_ = 0;
   std::vector<const ir::Inst*> producer_scalars_;  // top-level scalars the producer recomputes
   std::string tma_issuer_ = "pl_tid() == 0";       // the condition under which copies are issued
-  void choose_producer();
+  void choose_producer();                          // assign_producer, then the rings' split
+  void assign_producer();                          // which loops the producer serves
   std::string producer_code();                     // the producer's body ("" without one)
   void emit_consumer_release(const ir::Inst& loop);  // at the end of an iteration
   void emit_consumer_loop_end(const ir::Inst& loop);  // after the loop
+  // Each consumer warp gives `group`'s slot of loop index `iteration` back to the producer.
+  void emit_slot_release(const ir::Inst& loop, int group, const std::string& iteration);
+  void split_served_rings();  // the served attention loops' rings, and the barrier sets
+  void drop_short_pipelines();  // two-stage pipelined loops that no producer serves
   // Ping-pong (emit_producer.cc): unpipelined served loops whose two consumer warpgroups take turns
   // at the tensor cores, and the wgmma dots in their bodies that begin or end a turn.
   enum class Turn { EndsOne, BeginsOne };  // the first dot (q k^T) ends a turn, the last (p v) begins one
@@ -309,6 +322,10 @@ class Emitter {
   // Thread 0's copies of `load`'s tile into `dst`, completing on the barrier `pl_bar` (in scope).
   void emit_tma_issue(const ir::Inst& load, const std::string& dst);
   int64_t tma_barrier_bytes() const;     // the rings' barriers, after the exchange area
+  int barrier_sets() const;              // the rings' barrier sets (a split ring has two)
+  // The barrier set of `group` of a loop's ring (0 for any load where the ring is not split).
+  int barrier_set(const ir::Inst& loop, int group) const;
+  int load_group(const ir::Inst& loop, const ir::Inst& load) const;  // 0: read by the first dot, or not split
   std::string tma_kernel_setup(int64_t offset) const;  // kernel scope: the barriers (at `offset`) and phase bits
   std::string tma_parameters() const;     // the tensor-map parameters
   void emit_loop_prologue(const ir::Inst& loop);  // issues the first iterations' rounds

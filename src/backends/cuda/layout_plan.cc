@@ -147,9 +147,10 @@ void Emitter::find_prefetches(const std::vector<std::pair<ir::ValueId, bool>>& h
 // stages - 2 iterations ahead: a fourth stage, where it fits and no stage count was asked for,
 // keeps the distance of two that unpipelined loops have.
 void Emitter::choose_stages(std::vector<std::pair<ir::ValueId, bool>>& homes) {
-  // The headroom costs the d128, block_k 128 attention forward its third stage (and with it the
-  // pipelined loop); given to the stages it ran 4-6% slower on an H100 (stop 30, job 3), and with
-  // the producer warpgroup 3% faster to 6% slower (stop 32 job 2: s8192 / causal).
+  // The headroom costs the d128, block_k 128 attention forward its third stage; given to the
+  // stages it ran 4-6% slower on an H100 (stop 30, job 3), and with the producer warpgroup 3%
+  // faster to 6% slower (stop 32 job 2: s8192 / causal). Since stop 33 that loop is pipelined on
+  // two stages (a split ring, emit_producer.cc).
   const int64_t budget = target_.max_shared_bytes - kSharedReserve - kExchangeHeadroom;
   // Each home's live range in top-level instructions: from the one defining it to the last one
   // reading it. Homes whose ranges are disjoint share memory (the attention backward's two loops).
