@@ -75,6 +75,25 @@ typedef float StreamVector __attribute__((vector_size(32)));
 typedef float StreamVector __attribute__((vector_size(16)));
 #endif
 
+#if defined(__SSE2__)
+constexpr int64_t kStreamLanes = sizeof(StreamVector) / sizeof(float);
+
+// One vector of floats from `src` to `dst` (aligned to the vector) past the caches.
+PL_INLINE void stream_vector(float* __restrict dst, const float* __restrict src) {
+  StreamVector v;
+  __builtin_memcpy(&v, src, sizeof v);
+#if defined(__clang__)
+  __builtin_nontemporal_store(v, reinterpret_cast<StreamVector*>(dst));
+#elif defined(__AVX512F__)
+  __builtin_ia32_movntps512(dst, v);
+#elif defined(__AVX__)
+  __builtin_ia32_movntps256(dst, v);
+#else
+  __builtin_ia32_movntps(dst, v);
+#endif
+}
+#endif
+
 PL_INLINE void store_row_streaming(float* __restrict base, int64_t offset, int64_t lo, int64_t hi,
                                    const float* __restrict src) {
   if (lo >= hi) return;
@@ -83,23 +102,21 @@ PL_INLINE void store_row_streaming(float* __restrict base, int64_t offset, int64
   const int64_t n = hi - lo;
   int64_t k = 0;
 #if defined(__SSE2__)
-  constexpr int64_t kLanes = sizeof(StreamVector) / sizeof(float);
   for (; k < n && reinterpret_cast<uintptr_t>(row + k) % sizeof(StreamVector) != 0; ++k) row[k] = from[k];
-  for (; k + kLanes <= n; k += kLanes) {
-    StreamVector v;
-    __builtin_memcpy(&v, from + k, sizeof v);
-#if defined(__clang__)
-    __builtin_nontemporal_store(v, reinterpret_cast<StreamVector*>(row + k));
-#elif defined(__AVX512F__)
-    __builtin_ia32_movntps512(row + k, v);
-#elif defined(__AVX__)
-    __builtin_ia32_movntps256(row + k, v);
-#else
-    __builtin_ia32_movntps(row + k, v);
-#endif
-  }
+  for (; k + kStreamLanes <= n; k += kStreamLanes) stream_vector(row + k, from + k);
 #endif
   for (; k < n; ++k) row[k] = from[k];
+}
+
+// A whole chunk of 64 floats (four 64-byte lines) to a 64-byte-aligned `dst`, streamed with no
+// checks: what store_row_streaming does for a chunk in the middle of a row, without its loops'
+// bounds and alignment tests.
+PL_INLINE void store_chunk_streaming(float* __restrict dst, const float* __restrict src) {
+#if defined(__SSE2__)
+  for (int64_t k = 0; k < 64; k += kStreamLanes) stream_vector(dst + k, src + k);
+#else
+  for (int64_t k = 0; k < 64; ++k) dst[k] = src[k];
+#endif
 }
 
 PL_INLINE void store_fence() {

@@ -173,8 +173,9 @@ TEST(CpuMemory, ElementwiseResultsAreComputedIntoTheirStore) {
 TEST(CpuMemory, LargeTwoDimensionalOutputsAreStreamedInChunks) {
   // An output of 64 MiB or more is streamed past the caches: each row of a fused elementwise result
   // in chunks of 64 elements computed into a small local array, the first one up to the output's
-  // next 64-byte boundary. Rows of 4099 float32 start at every alignment; blocks of 64 x 1000
-  // overhang both dimensions. Against the interpreter, bit for bit (one rounding per element).
+  // next 64-byte boundary, the whole ones after it in a loop of constant trip count. Rows of 4099
+  // float32 start at every alignment; blocks of 64 x 1000 overhang both dimensions. Against the
+  // interpreter, bit for bit (one rounding per element).
   const int64_t rows = 4100, cols = 4099;
   ASSERT_GE(rows * cols * 4, int64_t{64} << 20);
   Random rng;
@@ -190,6 +191,8 @@ TEST(CpuMemory, LargeTwoDimensionalOutputsAreStreamedInChunks) {
       palladium::cpu::generate(detail::trace_kernel(*call.impl(), detail::describe(*call.impl(), in)));
   EXPECT_NE(generated.source.find("pl_chunk[pl_k - pl_c] = "), std::string::npos) << generated.source;
   EXPECT_NE(generated.source.find("pl_cpu::store_row_streaming("), std::string::npos) << generated.source;
+  EXPECT_NE(generated.source.find("for (int64_t pl_j = 0; pl_j < 64; ++pl_j)"), std::string::npos) << generated.source;
+  EXPECT_NE(generated.source.find("pl_cpu::store_chunk_streaming("), std::string::npos) << generated.source;
   // The inputs' edge-block copies only: no block-sized array for the stored value.
   EXPECT_LT(generated.frame_bytes, 3 * 64 * 1000 * 4) << "a block-sized stack array for the stored value";
 }
