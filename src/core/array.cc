@@ -1,6 +1,7 @@
 // Array storage, element access, and the creation functions.
 #include "palladium/array.h"
 #include "core/host_allocator.h"
+#include "core/host_threads.h"
 #include "palladium/sharding.h"
 #include "palladium/numpy.h"
 #include "program/trace.h"
@@ -188,13 +189,16 @@ Array Array::astype(DType t) const {
   const int in_size = itemsize(dtype_), out_size = itemsize(t);
   if (t == dtype_) {
     if (n > 0) std::memcpy(dst, src, nbytes());
-  } else if (!is_float(dtype_)) {
-    // Integer and bool sources go through int64 so that large int64 values convert exactly.
-    for (int64_t i = 0; i < n; ++i)
-      store_from_int64(t, dst + i * out_size, load_as_int64(dtype_, src + i * in_size));
   } else {
-    for (int64_t i = 0; i < n; ++i)
-      store_from_double(t, dst + i * out_size, load_as_double(dtype_, src + i * in_size));
+    // Integer and bool sources go through int64 so that large int64 values convert exactly.
+    const bool integral = !is_float(dtype_);
+    parallel_chunks(n, int64_t{1} << 18, [&](int64_t begin, int64_t end) {
+      if (integral) {
+        for (int64_t i = begin; i < end; ++i) store_from_int64(t, dst + i * out_size, load_as_int64(dtype_, src + i * in_size));
+      } else {
+        for (int64_t i = begin; i < end; ++i) store_from_double(t, dst + i * out_size, load_as_double(dtype_, src + i * in_size));
+      }
+    });
   }
   return out;
 }

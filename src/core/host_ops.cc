@@ -3,6 +3,8 @@
 // int64 instead, so that large integers stay exact, and wraps to the result width as NumPy does.
 #include "palladium/host_ops.h"
 
+#include "core/host_threads.h"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -85,7 +87,18 @@ Array elementwise(const char* op, const Array& a, const Array& b, FloatOp float_
   const char* pb = static_cast<const char*>(b.data());
   char* po = static_cast<char*>(out.data());
   const int sa = itemsize(a.dtype()), sb = itemsize(b.dtype()), so = itemsize(t);
-  if (!is_float(t) && !is_float(b.dtype())) {
+  const bool integral = !is_float(t) && !is_float(b.dtype());
+  if (a.shape() == b.shape()) {  // no broadcasting: element i of each, spread over threads
+    parallel_chunks(out.size(), int64_t{1} << 18, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        if (integral)
+          store_from_int64(t, po + i * so, int_op(load_as_int64(a.dtype(), pa + i * sa), load_as_int64(b.dtype(), pb + i * sb)));
+        else
+          store_from_double(t, po + i * so, float_op(load_as_double(a.dtype(), pa + i * sa), load_as_double(b.dtype(), pb + i * sb)));
+    });
+    return out;
+  }
+  if (integral) {
     for_each_broadcast(bc, [&](int64_t o, int64_t i, int64_t j) {
       store_from_int64(t, po + o * so, int_op(load_as_int64(a.dtype(), pa + i * sa), load_as_int64(b.dtype(), pb + j * sb)));
     });
@@ -274,8 +287,11 @@ Array take(const Array& a, int64_t index, int64_t axis) {
 double rel_error(const Array& a, const Array& ref) {
   check_same_shape("rel_error", a, ref);
   double diff2 = 0, ref2 = 0;
+  const char* pa = static_cast<const char*>(a.data());
+  const char* pr = static_cast<const char*>(ref.data());
+  const int sa = itemsize(a.dtype()), sr = itemsize(ref.dtype());
   for (int64_t i = 0; i < a.size(); ++i) {
-    const double x = a.get(i), r = ref.get(i);
+    const double x = load_as_double(a.dtype(), pa + i * sa), r = load_as_double(ref.dtype(), pr + i * sr);
     const double d = x == r ? 0.0 : x - r;  // equal infinities count as equal
     diff2 += d * d;
     ref2 += r * r;

@@ -4,6 +4,8 @@
 // arithmetic only (plus sqrt, which IEEE rounds exactly), so results are the same on every machine.
 #include "palladium/random.h"
 
+#include "core/host_threads.h"
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -134,6 +136,10 @@ double portable_cos_two_pi(double u) {
   }
 }
 
+// Element i of a draw depends on i alone, so large draws are spread over the host's threads (a
+// normal's Box-Muller with portable log and cos costs tens of nanoseconds an element).
+constexpr int64_t kElementsPerThread = int64_t{1} << 15;
+
 void check_shape(const char* fn, const Shape& shape) {
   for (int64_t d : shape) PL_CHECK(d >= 0, "random.", fn, ": negative dimension in shape ", shape_str(shape));
 }
@@ -186,23 +192,27 @@ Array uniform(Key key, Shape shape, DType dtype, double lo, double hi) {
     PL_CHECK(wrap_int(dtype, low) == low && wrap_int(dtype, high - 1) == high - 1, "random.uniform: [",
              low, ", ", high, ") does not fit in ", dtype_name(dtype));
     const uint64_t span = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
-    for (int64_t i = 0; i < n; ++i) {
-      const uint64_t offset = bits64_at(key, i) % span;  // bias below 2^-32 for spans up to 2^32
-      store_from_int64(dtype, dst + i * size, static_cast<int64_t>(static_cast<uint64_t>(low) + offset));
-    }
+    parallel_chunks(n, kElementsPerThread, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const uint64_t offset = bits64_at(key, i) % span;  // bias below 2^-32 for spans up to 2^32
+        store_from_int64(dtype, dst + i * size, static_cast<int64_t>(static_cast<uint64_t>(low) + offset));
+      }
+    });
     return out;
   }
   // As JAX: u * (hi - lo) + lo in the target type (every step rounded to it), kept within [lo, hi).
   const double low = round_to(dtype, lo), high = round_to(dtype, hi);
   const double width = round_to(dtype, high - low);
   const double top = next_below(dtype, high);
-  for (int64_t i = 0; i < n; ++i) {
-    const double u = dtype == DType::float64 ? unit_interval(dtype, bits64_at(key, i), 0)
-                                             : unit_interval(dtype, 0, bits32_at(key, i));
-    double v = round_to(dtype, round_to(dtype, u * width) + low);
-    v = std::min(std::max(v, low), top);
-    store_from_double(dtype, dst + i * size, v);
-  }
+  parallel_chunks(n, kElementsPerThread, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const double u = dtype == DType::float64 ? unit_interval(dtype, bits64_at(key, i), 0)
+                                               : unit_interval(dtype, 0, bits32_at(key, i));
+      double v = round_to(dtype, round_to(dtype, u * width) + low);
+      v = std::min(std::max(v, low), top);
+      store_from_double(dtype, dst + i * size, v);
+    }
+  });
   return out;
 }
 
@@ -215,12 +225,14 @@ Array normal(Key key, Shape shape, DType dtype) {
   const int size = itemsize(dtype);
   // Box-Muller with 53-bit uniforms from two independent streams.
   const std::vector<Key> streams = split(key, 2);
-  for (int64_t i = 0; i < n; ++i) {
-    const double u1 = 1.0 - unit_interval(DType::float64, bits64_at(streams[0], i), 0);  // (0, 1]
-    const double u2 = unit_interval(DType::float64, bits64_at(streams[1], i), 0);        // [0, 1)
-    const double radius = std::sqrt(-2.0 * portable_log(u1));
-    store_from_double(dtype, dst + i * size, radius * portable_cos_two_pi(u2));
-  }
+  parallel_chunks(n, kElementsPerThread, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const double u1 = 1.0 - unit_interval(DType::float64, bits64_at(streams[0], i), 0);  // (0, 1]
+      const double u2 = unit_interval(DType::float64, bits64_at(streams[1], i), 0);        // [0, 1)
+      const double radius = std::sqrt(-2.0 * portable_log(u1));
+      store_from_double(dtype, dst + i * size, radius * portable_cos_two_pi(u2));
+    }
+  });
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "palladium/host_ops.h"
+#include "palladium/random.h"
 #include "tests/support/test_support.h"
 
 namespace palladium {
@@ -15,6 +16,22 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using test_support::error_message;
+
+// Operands of one shape go element by element over the host's threads; the same values as the
+// broadcasting walk (a leading unit axis makes the shapes differ), for float and integer results,
+// and astype over threads as element by element.
+TEST(HostOps, LargeSameShapeOperandsMatchTheBroadcastingWalk) {
+  const int64_t n = (int64_t{1} << 19) + 7;
+  const std::vector<random::Key> keys = random::split(random::key(41), 3);
+  const Array x = random::normal(keys[0], {n}), y = random::normal(keys[1], {n});
+  EXPECT_TRUE(array_equal(add(x, y), add(x.reshape({1, n}), y).reshape({n})));
+  EXPECT_TRUE(array_equal(multiply(x, y), multiply(x.reshape({1, n}), y).reshape({n})));
+  const Array i = random::uniform(keys[2], {n}, i32, -1000, 1000);
+  EXPECT_TRUE(array_equal(subtract(i, i.astype(i64)), subtract(i.reshape({1, n}), i.astype(i64)).reshape({n})));
+  const Array wide = x.astype(f64);
+  for (int64_t k : {int64_t{0}, n / 2 + 3, n - 1}) EXPECT_EQ(wide.get(k), static_cast<double>(x.to_vector<float>()[k]));
+  EXPECT_TRUE(array_equal(wide.astype(f32), x));
+}
 
 TEST(HostOps, ElementwiseWithBroadcasting) {
   Array a = arange(6, f32).reshape({2, 3});

@@ -65,6 +65,24 @@ TEST(Random, FixedFirstValues) {
                                                                   2.305307837828511, -0.45952475244594959));
 }
 
+// Large draws are split over the host's threads: two sizes split differently, and the shorter one
+// is a prefix of the longer one (normal, uniform float and integer); a large draw begins with the
+// fixed first values above.
+TEST(Random, LargeDrawsDoNotDependOnTheirSplit) {
+  const rnd::Key k = rnd::key(19);
+  const int64_t n = 300000;
+  auto same_prefix = [](const Array& shorter, const Array& longer) {
+    const std::vector<double> s = shorter.to_doubles(), l = longer.to_doubles();
+    return s.size() < l.size() && std::equal(s.begin(), s.end(), l.begin());
+  };
+  EXPECT_TRUE(same_prefix(rnd::normal(k, {n}), rnd::normal(k, {n + 7})));
+  EXPECT_TRUE(same_prefix(rnd::uniform(k, {n}), rnd::uniform(k, {n + 7})));
+  EXPECT_TRUE(same_prefix(rnd::uniform(k, {n}, i32, -9, 9), rnd::uniform(k, {n + 7}, i32, -9, 9)));
+  const std::vector<double> first = rnd::normal(rnd::key(42), {n}).to_doubles();
+  EXPECT_THAT(std::vector<double>(first.begin(), first.begin() + 4),
+              ElementsAre(-0.036289151757955551, -0.96229684352874756, 2.3053078651428223, -0.45952475070953369));
+}
+
 TEST(Random, SameKeySameNumbersAndPrefixStable) {
   const rnd::Key k = rnd::key(7);
   EXPECT_TRUE(rnd::uniform(k, {100}).to_doubles() == rnd::uniform(k, {100}).to_doubles());
