@@ -33,6 +33,12 @@
 // 128 x 256 tiles 8192^3, 4 stages 1.593 -> 1.499, 3 stages 1.760 -> 1.468 (cuBLASLt 1.384-1.392);
 // 4096^3 0.218 -> 0.201; attention forward d128 s8192, blocks 128 x 64, 2.518 -> 2.420.
 // PALLADIUM_CUDA_REG_SHARE=0 keeps the single producer warp.
+//
+// A served attention loop's ring is split (split_served_rings): K's tiles and V's complete and go
+// back on barrier sets of their own, K's slot a round before V's, and the producer sends K's tiles
+// a round ahead of V's. So that loop runs pipelined on two stages where a third does not fit
+// (head_dim 128, blocks 128 x 128: 0.622 -> 0.599 ms at s2048, 2.160 -> 2.046 at s8192; H100, stop
+// 33 job 1).
 #include <algorithm>
 #include <cstdlib>
 
@@ -94,8 +100,8 @@ void Emitter::assign_producer() {
     // On two stages only a ring that splits (K's tiles from the rest) keeps the loop from waiting
     // for the slot that it is about to give back. And only where every program runs the loop
     // alike: whose bounds depend on the program (the causal forward's triangle) ran 3-6% slower
-    // pipelined on two stages (H100, stop 33 jobs 1-2: d128 s2048 / s8192 causal, blocks 128 x 128,
-    // against +2-6% without the mask; Nsight Compute on s2048 causal: tensor pipes 36.7% busy
+    // pipelined on two stages (H100, stop 33 jobs 1-2: d128 s2048 / s8192 causal, blocks 128 x 128;
+    // 2-6% faster without the mask; Nsight Compute on s2048 causal: tensor pipes 36.7% busy
     // against 39.2%, long-scoreboard stalls 0.57 per issue against 0.25; cause not found).
     if (pipe && pipe->first_dot && stages_ < 3) {
       const DotOperands first = dot_operands(*pipe->first_dot);
