@@ -11,7 +11,6 @@
 #include <cstring>
 #include <functional>
 #include <limits>
-#include <thread>
 
 namespace palladium {
 
@@ -187,17 +186,9 @@ Array matmul(const Array& a, const Array& b) {
       }
     }
   };
-  const int64_t work = rows * k * n;
-  const int64_t threads = work < (int64_t{1} << 22) ? 1
-                          : std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(rows, 1));
-  if (threads <= 1) {
-    compute_rows(0, rows);
-  } else {
-    std::vector<std::thread> pool;
-    for (int64_t t = 0; t < threads; ++t)
-      pool.emplace_back(compute_rows, rows * t / threads, rows * (t + 1) / threads);
-    for (auto& th : pool) th.join();
-  }
+  // A chunk of rows is worth a thread from about 2^21 multiply-adds on.
+  const int64_t row_work = std::max<int64_t>(k * n, 1);
+  parallel_chunks(rows, ((int64_t{1} << 21) + row_work - 1) / row_work, compute_rows);
 
   Shape out_shape = bc.shape;
   if (a.ndim() > 1) out_shape.push_back(m);

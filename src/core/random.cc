@@ -136,7 +136,7 @@ double portable_cos_two_pi(double u) {
   }
 }
 
-// Element i of a draw depends on i alone, so large draws are spread over the host's threads (a
+// Element i of a draw depends on i alone, so large draws are spread over the CPU thread pool (a
 // normal's Box-Muller with portable log and cos costs tens of nanoseconds an element).
 constexpr int64_t kElementsPerThread = int64_t{1} << 15;
 

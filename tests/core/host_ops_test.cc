@@ -17,7 +17,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using test_support::error_message;
 
-// Operands of one shape go element by element over the host's threads; the same values as the
+// Operands of one shape go element by element over the CPU thread pool; the same values as the
 // broadcasting walk (a leading unit axis makes the shapes differ), for float and integer results,
 // and astype over threads as element by element.
 TEST(HostOps, LargeSameShapeOperandsMatchTheBroadcastingWalk) {

@@ -65,7 +65,7 @@ TEST(Random, FixedFirstValues) {
                                                                   2.305307837828511, -0.45952475244594959));
 }
 
-// Large draws are split over the host's threads: two sizes split differently, and the shorter one
+// Large draws are split over the CPU thread pool: two sizes split differently, and the shorter one
 // is a prefix of the longer one (normal, uniform float and integer); a large draw begins with the
 // fixed first values above.
 TEST(Random, LargeDrawsDoNotDependOnTheirSplit) {

@@ -228,18 +228,25 @@ void Emitter::emit_fused_rows(const ir::Inst& in, const Access& a, const FusionG
   const ir::RefParam& p = kernel_.refs[static_cast<size_t>(in.i0)];
   const std::string base = ref_pointer(static_cast<int>(in.i0));
   const std::string result = temp(in.operands[in.index.size()]);
-  // Elements [from, to) of the row at `flat`, each handed to `store`.
-  auto elements = [&](const std::string& flat, const std::string& from, const std::string& to, const std::string& store) {
+  // A loop (`header`) over elements of the row at `flat`, the element at `index` in the row each
+  // computed and handed to `store`.
+  auto elements = [&](const std::string& header, const std::string& flat, const std::string& index,
+                      const std::string& store) {
     line("PL_NO_ALIAS_LOOP");
-    open("for (int64_t pl_k = " + from + "; pl_k < (" + to + "); ++pl_k)");
-    line("const int64_t i = " + flat + " + pl_k;");
+    open(header);
+    line("const int64_t i = " + flat + " + " + index + ";");
     emit_group_body(g, false);
     line(store);
     close();
   };
+  // Elements [from, to) of the row, by pl_k.
+  auto range = [](const std::string& from, const std::string& to) {
+    return "for (int64_t pl_k = " + from + "; pl_k < (" + to + "); ++pl_k)";
+  };
   emit_rows(a, [&](const std::string& flat, const std::string& off, const std::string& lo, const std::string& hi) {
     if (!streaming) {
-      elements(flat, lo, hi, base + "[" + off + " + pl_k] = pl_cpu::to_storage<" + storage_type(p.dtype) + ">(" + result + ");");
+      elements(range(lo, hi), flat, "pl_k",
+               base + "[" + off + " + pl_k] = pl_cpu::to_storage<" + storage_type(p.dtype) + ">(" + result + ");");
       return;
     }
     open("");
@@ -252,7 +259,7 @@ void Emitter::emit_fused_rows(const ir::Inst& in, const Access& a, const FusionG
     // The part of a chunk from pl_c to `end`: computed, then streamed with the row's checks.
     auto part = [&](const std::string& end) {
       line("const int64_t pl_ce = " + end + ";");
-      elements(flat, "pl_c", "pl_ce", "pl_chunk[pl_k - pl_c] = " + result + ";");
+      elements(range("pl_c", "pl_ce"), flat, "pl_k", "pl_chunk[pl_k - pl_c] = " + result + ";");
       line("pl_cpu::store_row_streaming(" + base + ", (" + off + ") + pl_c, 0, pl_ce - pl_c, pl_chunk);");
       line("pl_c = pl_ce;");
     };
@@ -261,12 +268,7 @@ void Emitter::emit_fused_rows(const ir::Inst& in, const Access& a, const FusionG
     close();
     // Whole chunks, 64-byte aligned: a loop of constant trip count and four lines streamed as they are.
     open("for (; pl_c + 64 <= pl_hi; pl_c += 64)");
-    line("PL_NO_ALIAS_LOOP");
-    open("for (int64_t pl_j = 0; pl_j < 64; ++pl_j)");
-    line("const int64_t i = " + flat + " + pl_c + pl_j;");
-    emit_group_body(g, false);
-    line("pl_chunk[pl_j] = " + result + ";");
-    close();
+    elements("for (int64_t pl_j = 0; pl_j < 64; ++pl_j)", flat, "pl_c + pl_j", "pl_chunk[pl_j] = " + result + ";");
     line("pl_cpu::store_chunk_streaming(" + base + " + (" + off + ") + pl_c, pl_chunk);");
     close();
     open("if (pl_c < pl_hi)");  // the rest of the row
