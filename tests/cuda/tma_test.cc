@@ -74,7 +74,7 @@ TEST(CudaTma, AttentionTilesOfFourDimensionalArrays) {
   EXPECT_NE(source.find("pl_mbar_wait("), std::string::npos);
   // Q, loaded once, is awaited after the K/V loop's first rounds and before the loop, not in it
   // (at head_dim 64, block_k 64 two programs share an SM: no pipelined loop, no producer).
-  const size_t loop = source.find("for (pl_i32 pl_i"), q_wait = source.find("pl_mbar_wait(pl_home_bar0, 0u);");
+  const size_t loop = source.find("for (pl_i32 pl_i"), q_wait = source.find("pl_mbar_wait(pl_home_bar0, pl_home_phase);");
   ASSERT_NE(q_wait, std::string::npos);
   EXPECT_EQ(source.find("pl_regs_increase<"), std::string::npos);
   EXPECT_LT(source.find("pl_pre = "), q_wait);
@@ -82,7 +82,7 @@ TEST(CudaTma, AttentionTilesOfFourDimensionalArrays) {
   EXPECT_EQ(source.find("pl_home_bar0", loop), std::string::npos);
   EXPECT_EQ(source.find("pl_cp_async_wait<0>"), std::string::npos);
   // The backward's loop-invariant tiles of both loops come the same way.
-  EXPECT_NE(sources.source("mha_backward").find("pl_mbar_wait(pl_home_bar3, 0u);"), std::string::npos);
+  EXPECT_NE(sources.source("mha_backward").find("pl_mbar_wait(pl_home_bar3, pl_home_phase);"), std::string::npos);
 }
 
 // The tensor maps the generator asks for (no GPU needed): a K loop over a [batch, seq, heads, d]

@@ -179,21 +179,28 @@ TEST(CudaWgmma, PipelinedAttentionLoop) {
 // warp caused), no C7508 (setmaxnreg ignored) and no spills. K's and V's tiles complete and go back
 // on barriers of their own (K's of the next iteration at the end of an iteration, V's of the
 // previous one), which lets block_k 128 run pipelined on the two stages that fit, where every
-// program runs the loop alike (not causal). With PALLADIUM_CUDA_REG_SHARE=0 the loop has no
-// producer. All against float64.
+// program runs the loop alike (not causal). The producer loads the q block too (its home, given
+// back after the loop) and the kernel is persistent: capped at 3 blocks, each runs two or three of
+// the 8 programs, the home's barriers and the rings' slots carried from one to the next (and once
+// with PALLADIUM_CUDA_PERSISTENT=0, a block per program). With PALLADIUM_CUDA_REG_SHARE=0 the loop
+// has no producer. All against float64.
 TEST(CudaWgmma, PipelinedAttentionLoopGetsAProducerWarpgroup) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;
+  test_support::ScopedEnv blocks{"PALLADIUM_CUDA_PERSISTENT_BLOCKS", "3"};
   struct Variant {
     int64_t block_k;
-    bool causal, rebalance, pipelined;
+    bool causal, rebalance, pipelined, persistent;
   };
   int index = 0;
-  for (const Variant v : {Variant{64, true, true, true}, Variant{128, false, true, true}, Variant{128, true, true, false},
-                          Variant{64, true, false, true}}) {
+  for (const Variant v : {Variant{64, true, true, true, true}, Variant{128, false, true, true, true},
+                          Variant{128, false, true, true, false}, Variant{128, true, true, false, true},
+                          Variant{64, true, false, true, true}}) {
     SCOPED_TRACE("block_k " + std::to_string(v.block_k) + (v.causal ? ", causal" : "") +
-                 (v.rebalance ? ", producer warpgroup" : ", PALLADIUM_CUDA_REG_SHARE=0"));
+                 (v.rebalance ? ", producer warpgroup" : ", PALLADIUM_CUDA_REG_SHARE=0") +
+                 (v.persistent ? "" : ", PALLADIUM_CUDA_PERSISTENT=0"));
     test_support::ScopedEnv share{"PALLADIUM_CUDA_REG_SHARE", v.rebalance ? "1" : "0"};
+    test_support::ScopedEnv persist{"PALLADIUM_CUDA_PERSISTENT", v.persistent ? "1" : "0"};
     // Distinct scales: ops keeps one pallas_call per configuration.
     const float scale = 0.0886f + 0.0001f * static_cast<float>(index);
     const uint64_t seed = 61 + 4 * static_cast<uint64_t>(index++);
@@ -207,7 +214,13 @@ TEST(CudaWgmma, PipelinedAttentionLoopGetsAProducerWarpgroup) {
     EXPECT_EQ(source.find("pl_regs_decrease<24>();") != std::string::npos, served);
     EXPECT_EQ(source.find("pl_regs_increase<240>();") != std::string::npos, served);
     EXPECT_EQ(source.find("if (pl_warp() >= 8) {") != std::string::npos, served);
+    EXPECT_EQ(source.find("pl_mbar_init(pl_home_empty0, 8);") != std::string::npos, served) << "q not loaded by the producer";
+    EXPECT_EQ(source.find("for (long long pl_block = pl_first_block;") != std::string::npos, served && v.persistent);
     if (!served) continue;
+    // The q block goes back once per program, after the loop, and comes on the program's parity.
+    EXPECT_EQ(test_support::count_of(source, "pl_mbar_arrive(pl_home_empty0);"), 1u);
+    EXPECT_EQ(test_support::count_of(source, "pl_mbar_wait(pl_home_bar0, pl_home_phase);"), 1u);
+    EXPECT_EQ(first_loop(source).find("pl_home_empty0"), std::string::npos);
     const std::string stages = v.block_k == 128 ? "2" : "4";
     EXPECT_NE(source.find("for (int s = 0; s < " + stages + "; ++s) pl_mbar_init(&pl_empty1[s], 8);"), std::string::npos)
         << "no separate barriers for V's tiles at " << stages << " stages";

@@ -218,16 +218,19 @@ void Emitter::emit_region(const ir::Region& r) {
 
 void Emitter::emit_region_body(const ir::Region& r) {
   for (const ir::Inst& in : r.body) {
-    if (in.op == ir::Op::Yield || emitted_early_.count(&in)) continue;
-    if (&r == &k_.body && reuse_barriers_.count(static_cast<size_t>(&in - r.body.data()))) {
-      retire_dots();
-      barrier();
+    if (in.op == ir::Op::Yield) continue;
+    if (!emitted_early_.count(&in)) {
+      if (&r == &k_.body && reuse_barriers_.count(static_cast<size_t>(&in - r.body.data()))) {
+        retire_dots();
+        barrier();
+      }
+      // A pipelined loop's last dot is still in flight into the carry this instruction reads.
+      for (const auto& [loop, p] : pipelined_)
+        if (p.carry_reader == &in) line("pl_wgmma_wait<0>();");
+      if (!dots_in_flight_.empty() && !folded_into_dot(in) && ir::reads(in, dots_in_flight_)) emit_ahead_of_wait(r, in);
+      emit_inst_beside_dots(in);
     }
-    // A pipelined loop's last dot is still in flight into the carry this instruction reads.
-    for (const auto& [loop, p] : pipelined_)
-      if (p.carry_reader == &in) line("pl_wgmma_wait<0>();");
-    if (!dots_in_flight_.empty() && !folded_into_dot(in) && ir::reads(in, dots_in_flight_)) emit_ahead_of_wait(r, in);
-    emit_inst_beside_dots(in);
+    if (&r == &k_.body) emit_home_release(in);
   }
   retire_dots();
 }
@@ -510,7 +513,8 @@ GeneratedKernel Emitter::run() {
   // runs programs pl_block, pl_block + blocks, ..., its producer filling the ring for the next
   // program while the consumers store this one's results.
   const char* persist_env = std::getenv("PALLADIUM_CUDA_PERSISTENT");
-  g.persistent = producer_warps_ > 0 && !(persist_env && std::string(persist_env) == "0") && tma_homes_.empty() &&
+  g.persistent = producer_warps_ > 0 && !(persist_env && std::string(persist_env) == "0") &&
+                 (tma_homes_.empty() || (producer_homes_ && homes_persistent_)) &&
                  debug_prints_.empty() && !params_.checks && g.scratch_bytes == 0;
   src << "  extern __shared__ __align__(1024) unsigned char pl_smem[];\n";
   src << "  const long long pl_first_block = (long long)blockIdx.x + (long long)blockIdx.y * gridDim.x;\n";
@@ -568,7 +572,8 @@ GeneratedKernel Emitter::run() {
     const std::string programs = "  for (long long pl_block = pl_first_block; pl_block < " + std::to_string(g.num_programs) +
                                  "ll; pl_block += (long long)gridDim.x * gridDim.y) {\n";
     src << producer_open << programs << program << producer << "  }\n    }\n"
-        << consumer_open << programs << program << body_.str() << "  pl_consumer_barrier<" << threads_
+        << consumer_open << programs << program << body_.str() << (tma_homes_.empty() ? "" : "  pl_home_phase ^= 1u;\n")
+        << "  pl_consumer_barrier<" << threads_
         << ">();\n  }\n  }\n";
   } else {
     src << "  const long long pl_linear = " << linear << ";\n  (void)pl_linear;\n";

@@ -461,6 +461,7 @@ void Emitter::emit_smem_load(const ir::Inst& in, const SmemTile& tile) {
   const ir::ValueId v = in.results[0];
   auto pf = prefetch.find(v);
   if (auto th = tma_homes_.find(v); th != tma_homes_.end()) {  // awaited by the dots reading it
+    if (producer_homes_) return;                                  // issued by the producer
     open("");
     line("unsigned long long* const pl_bar = pl_home_bar" + std::to_string(th->second) + ";");
     line("if (" + tma_issuer_ + ") pl_mbar_expect_tx(pl_bar, " + std::to_string(tile.bytes()) + "u);");

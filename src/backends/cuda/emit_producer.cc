@@ -41,6 +41,7 @@
 // 33 job 1).
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 
 #include "backends/cuda/emitter.h"
 
@@ -102,7 +103,8 @@ void Emitter::assign_producer() {
     // alike: whose bounds depend on the program (the causal forward's triangle) ran 3-6% slower
     // pipelined on two stages (H100, stop 33 jobs 1-2: d128 s2048 / s8192 causal, blocks 128 x 128;
     // 2-6% faster without the mask; Nsight Compute on s2048 causal: tensor pipes 36.7% busy
-    // against 39.2%, long-scoreboard stalls 0.57 per issue against 0.25; cause not found).
+    // against 39.2%, long-scoreboard stalls 0.57 per issue against 0.25; cause not found; stop 34
+    // job 1, pipelined and persistent: s2048 0.418 -> 0.462 ms).
     if (pipe && pipe->first_dot && stages_ < 3) {
       const DotOperands first = dot_operands(*pipe->first_dot);
       bool others = false;
@@ -147,6 +149,7 @@ void Emitter::assign_producer() {
     }
   }
   if (producer_warps_ == 0) return;
+  choose_producer_homes(known);
   producer_scalars_ = std::move(scalars);
   // A producer warpgroup, of which one lane works, hands the registers of its other 127 threads to
   // the consumers. At one block per multiprocessor the entry count is the register file over the
@@ -158,6 +161,82 @@ void Emitter::assign_producer() {
     producer_regs_ = 24;
     consumer_regs_ = std::min(240, (entry * block - producer_regs_ * 128) / threads_ / 8 * 8);
   }
+}
+
+// The producer loads the TMA homes too where it can compute their loads (their indices and refs'
+// origins from program ids and constants) and each stands at the top level: a persistent block's
+// next program then finds its home (the attention forward's q block) loaded while the consumers
+// finish the previous one. Each home goes back after the last top-level instruction reading it.
+void Emitter::choose_producer_homes(const std::set<ir::ValueId>& known) {
+  if (tma_homes_.empty()) return;
+  const std::vector<ir::Inst>& top = k_.body.body;
+  home_loads_.assign(tma_homes_.size(), nullptr);
+  for (const ir::Inst& in : top)
+    for (ir::ValueId r : in.results)
+      if (auto it = tma_homes_.find(r); it != tma_homes_.end()) home_loads_[static_cast<size_t>(it->second)] = &in;
+  for (const ir::Inst* load : home_loads_) {
+    if (!load) return;  // loaded in a branch
+    for (ir::ValueId o : load->operands)
+      if (!known.count(o)) return;
+    for (ir::ValueId o : k_.refs.at(static_cast<size_t>(load->i0)).origin)
+      if (!known.count(o)) return;
+  }
+  std::function<bool(const ir::Inst&, ir::ValueId)> reads = [&](const ir::Inst& in, ir::ValueId v) {
+    if (std::find(in.operands.begin(), in.operands.end(), v) != in.operands.end()) return true;
+    if (in.op == ir::Op::Dot) {
+      const DotOperands o = dot_operands(in);
+      if (o.a == v || o.b == v) return true;
+    }
+    for (const ir::Region& r : in.regions)
+      for (const ir::Inst& sub : r.body)
+        if (reads(sub, v)) return true;
+    return false;
+  };
+  for (const auto& [v, index] : tma_homes_) {
+    const ir::Inst* last = home_loads_[static_cast<size_t>(index)];
+    for (const ir::Inst& in : top)
+      if (reads(in, v)) last = std::max(last, &in);
+    home_releases_[last].push_back(index);
+  }
+  producer_homes_ = true;
+  // Persistent blocks walk their programs in a fixed stride, which balances programs of one length
+  // only: the causal forward (a triangular loop) ran up to 6% slower so (H100, stop 34 job 1,
+  // d128 block_k 64 s2048 0.480 -> 0.508 ms; d64 block_k 128 0.613 -> 0.639), the others within
+  // -2% to +2% (d128 blocks 128 x 128 s2048 0.595 -> 0.584). PALLADIUM_CUDA_PERSISTENT=1 forces it.
+  for (const auto& [loop, issue] : round_issue_)
+    if (issue == RoundIssue::Producer)
+      homes_persistent_ = homes_persistent_ && program_axes_of(loop->operands[0]).empty() &&
+                          program_axes_of(loop->operands[1]).empty();
+  const char* env = std::getenv("PALLADIUM_CUDA_PERSISTENT");
+  if (env && std::string(env) == "1") homes_persistent_ = true;
+}
+
+// Program n's homes, once the consumers gave back program n - 1's (the k-th completion of an empty
+// barrier has parity (k - 1) & 1).
+void Emitter::emit_producer_homes() {
+  if (!producer_homes_) return;
+  for (size_t h = 0; h < home_loads_.size(); ++h) {
+    const ir::Inst& load = *home_loads_[h];
+    const SmemTile& tile = smem_home.at(load.results[0]);
+    const std::string index = std::to_string(h);
+    open("");
+    line("if (pl_block != pl_first_block) pl_mbar_wait(pl_home_empty" + index + ", pl_home_phase ^ 1u);");
+    line("unsigned long long* const pl_bar = pl_home_bar" + index + ";");
+    line("pl_mbar_expect_tx(pl_bar, " + std::to_string(tile.bytes()) + "u);");
+    emit_tma_issue(load, "((pl_u16*)(pl_smem + " + std::to_string(tile.offset) + "))");
+    close();
+  }
+  line("pl_home_phase ^= 1u;");
+}
+
+// After the last top-level instruction reading a home, its dots retired: each consumer warp gives
+// the home back.
+void Emitter::emit_home_release(const ir::Inst& in) {
+  auto it = home_releases_.find(&in);
+  if (it == home_releases_.end()) return;
+  retire_dots();
+  line("__syncwarp();");
+  for (int h : it->second) line("if (pl_lane() == 0) pl_mbar_arrive(pl_home_empty" + std::to_string(h) + ");");
 }
 
 // A pipelined attention loop (first dot a round ahead) is pipelined at two stages only where the
@@ -211,6 +290,7 @@ std::string Emitter::producer_code() {
   indent_ = 3;
   tma_issuer_ = "true";
   for (const ir::Inst* in : producer_scalars_) emit_inst_body(*in);
+  emit_producer_homes();
   for (const ir::Inst& loop : k_.body.body) {
     if (!producer_serves(loop)) continue;
     const std::string lo = name(loop.operands[0]) + "[0]", hi = name(loop.operands[1]) + "[0]";

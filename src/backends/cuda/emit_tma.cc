@@ -103,12 +103,12 @@ void Emitter::emit_tma_home_waits(const ir::Inst& loop) {
   visit(loop.regions[0]);
   for (const auto& [v, index] : tma_homes_)
     if (read.count(v) && tma_homes_waited_.insert(v).second)
-      line("pl_mbar_wait(pl_home_bar" + std::to_string(index) + ", 0u);");
+      line("pl_mbar_wait(pl_home_bar" + std::to_string(index) + ", pl_home_phase);");
 }
 
 int64_t Emitter::tma_barrier_bytes() const {
   const int64_t rings = static_cast<int64_t>(barrier_sets()) * stages_ * (producer_warps_ > 0 ? 2 : 1);
-  return (rings + static_cast<int64_t>(tma_homes_.size())) * 8;
+  return (rings + static_cast<int64_t>(tma_homes_.size()) * (producer_homes_ ? 2 : 1)) * 8;
 }
 
 int Emitter::barrier_sets() const {
@@ -138,9 +138,20 @@ std::string Emitter::tma_kernel_setup(int64_t offset) const {
   std::string out;
   const int64_t homes_at = offset + static_cast<int64_t>(barrier_sets()) * stages_ * 8;
   const int64_t empties_at = homes_at + static_cast<int64_t>(tma_homes_.size()) * 8;
-  for (const auto& [v, index] : tma_homes_)
-    out += "  unsigned long long* const pl_home_bar" + std::to_string(index) + " = (unsigned long long*)(pl_smem + " +
+  // The homes' full barriers, and, loaded by the producer, their empty ones after the rings'.
+  const int64_t home_empties_at = empties_at + static_cast<int64_t>(barrier_sets()) * stages_ * 8;
+  std::string home_init;
+  if (!tma_homes_.empty()) out += "  unsigned pl_home_phase = 0;  // the homes' next parity: the block's programs so far, mod 2\n";
+  for (const auto& [v, index] : tma_homes_) {
+    const std::string h = std::to_string(index);
+    out += "  unsigned long long* const pl_home_bar" + h + " = (unsigned long long*)(pl_smem + " +
            std::to_string(homes_at + index * 8) + ");\n";
+    home_init += "    pl_mbar_init(pl_home_bar" + h + ", 1);\n";
+    if (!producer_homes_) continue;
+    out += "  unsigned long long* const pl_home_empty" + h + " = (unsigned long long*)(pl_smem + " +
+           std::to_string(home_empties_at + index * 8) + ");\n";
+    home_init += "    pl_mbar_init(pl_home_empty" + h + ", " + std::to_string(threads_ / 32) + ");\n";
+  }
   // Per barrier set: its full barriers and phase bits, and, served by the producer, its empty barriers.
   std::string init;
   for (const auto& [loop, ring] : tma_rings_) {
@@ -163,7 +174,7 @@ std::string Emitter::tma_kernel_setup(int64_t offset) const {
   out += "  if (pl_tid() == 0) {\n";
   for (size_t m = 0; m < tensor_maps_.size(); ++m) out += "    pl_tma_prefetch_map(&pl_tmap" + std::to_string(m) + ");\n";
   out += init;
-  for (const auto& [v, index] : tma_homes_) out += "    pl_mbar_init(pl_home_bar" + std::to_string(index) + ", 1);\n";
+  out += home_init;
   out += "    pl_fence_mbar_init();\n  }\n  __syncthreads();\n";
   return out;
 }

@@ -257,6 +257,18 @@ class Emitter {
   std::map<ir::ValueId, int> tma_homes_;
   std::set<ir::ValueId> tma_homes_waited_;  // awaited before a top-level loop reading them
   void emit_tma_home_waits(const ir::Inst& loop);
+  // Homes the producer loads (emit_producer.cc, choose_producer_homes): each program's copy goes
+  // out from the producer once the consumers gave back the previous program's home, on
+  // pl_home_empty<index>, after the last top-level instruction reading it (home_releases_); the
+  // waits on pl_home_bar<index> take the parity pl_home_phase, a program count's low bit. This is
+  // what lets such a kernel (the attention forward, its q block a home) run persistently.
+  bool producer_homes_ = false;
+  bool homes_persistent_ = true;  // such a kernel runs persistently (every served loop alike)
+  std::vector<const ir::Inst*> home_loads_;                           // top-level loads, by home index
+  std::map<const ir::Inst*, std::vector<int>> home_releases_;         // top-level inst -> homes freed after it
+  void choose_producer_homes(const std::set<ir::ValueId>& known);
+  void emit_producer_homes();                  // in the producer's program, before its rounds
+  void emit_home_release(const ir::Inst& in);  // in the consumers', after a top-level instruction
   std::map<const ir::Inst*, TmaRing> tma_rings_;  // by loop
   // Who issues a loop's prefetch rounds, and where (choose_tma, choose_producer):
   //  AtLoads       thread 0 at the iteration's first prefetched load, past the wait's barrier;
