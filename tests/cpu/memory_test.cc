@@ -193,6 +193,20 @@ TEST(CpuMemory, LargeTwoDimensionalOutputsAreStreamedInChunks) {
   EXPECT_NE(generated.source.find("pl_cpu::store_row_streaming("), std::string::npos) << generated.source;
   EXPECT_NE(generated.source.find("for (int64_t pl_j = 0; pl_j < 64; ++pl_j)"), std::string::npos) << generated.source;
   EXPECT_NE(generated.source.find("pl_cpu::store_chunk_streaming("), std::string::npos) << generated.source;
+  // Both inputs prefetched ahead in the whole chunks' loop; compiled in (an opt-in), alike.
+  const size_t chunks = generated.source.find("for (; pl_c + 64 <= pl_hi; pl_c += 64)");
+  ASSERT_NE(chunks, std::string::npos) << generated.source;
+  const std::string head = generated.source.substr(chunks, generated.source.find("pl_j", chunks) - chunks);
+  size_t prefetches = 0;
+  for (size_t at = head.find("pl_cpu::prefetch_chunk_inputs("); at != std::string::npos;
+       at = head.find("pl_cpu::prefetch_chunk_inputs(", at + 1))
+    ++prefetches;
+  EXPECT_EQ(prefetches, 2u) << generated.source;
+  {
+    test_support::ScopedEnv prefetch{"PALLADIUM_CPU_CXXFLAGS", "-DPL_CPU_STREAM_PREFETCH=1"};
+    auto [cpu_p, interp_p] = run_both(kernel, {pl::ShapeDtype({rows, cols}, pl::f32)}, o, {x, y});
+    EXPECT_TRUE(same(cpu_p[0], interp_p[0]));
+  }
   // The inputs' edge-block copies only: no block-sized array for the stored value.
   EXPECT_LT(generated.frame_bytes, 3 * 64 * 1000 * 4) << "a block-sized stack array for the stored value";
 }
