@@ -41,6 +41,17 @@ PL_DEVICE float pl_fast_log2(float x) {
   asm("lg2.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
   return r;
 }
+// Division by the full-range approximation (2 ulps over the whole range, as Triton lowers float32
+// division) instead of the correctly rounded sequence with its slow path: the attention forward's
+// epilogue divides 64 accumulators a thread by the row sums. H100, stop 34 job 4, same binary
+// (against the IEEE division through a switch since removed), two rounds: blocks 128 x 128 d128
+// s2048 0.592/0.589 -> 0.571/0.571 ms, causal 0.423/0.424 -> 0.396/0.398; d64 block_k 64 s2048
+// 0.847/0.829 -> 0.819/0.815; s8192 within 0-3%.
+PL_DEVICE float pl_fast_div(float a, float b) {
+  float r;
+  asm("div.full.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
 PL_DEVICE float pl_fast_exp(float x) { return pl_fast_exp2(x * 1.4426950408889634f); }
 PL_DEVICE float pl_fast_log(float x) { return pl_fast_log2(x) * 0.6931471805599453f; }
 PL_DEVICE float pl_fast_logistic(float x) { return 1.0f / (1.0f + pl_fast_exp(-x)); }

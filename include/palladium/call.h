@@ -20,7 +20,8 @@ struct CompilerParams {
   int num_stages = 0;      // CUDA: pipelining depth hint
   bool allow_tf32 = false; // CUDA: float32 dot on TF32 tensor cores
   bool fast_math = false;  // CUDA: float32 exp/exp2/log/log2/logistic on the special-function
-                           // unit (a few ulps, as Triton's); the interpreter and cpu stay exact
+                           // unit and division by div.full (a few ulps, as Triton's); the
+                           // interpreter and cpu stay exact
   // cpu, CUDA: a checked run. Every ref access is bounds-checked and the first fault is an error
   // worded as the interpreter's (kernel, program, op, index). Also on with $PALLADIUM_CHECKS=1.
   bool checks = false;

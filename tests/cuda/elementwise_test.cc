@@ -105,20 +105,25 @@ TEST(CudaElementwise, NextAfter) {
   }
 }
 
-// CompilerParams::fast_math: exp, exp2, log, log2 and logistic on the special-function unit stay
-// within a few float32 ulps of the interpreter over |x| <= 10 (16-bit floats round the same).
+// CompilerParams::fast_math: exp, exp2, log, log2 and logistic on the special-function unit, and
+// division (div.full), stay within a few float32 ulps of the interpreter over |x| <= 10 (16-bit
+// floats round the same); division too by denominators past 2^126, where div.approx gives 0.
 TEST(CudaElementwise, FastMathTranscendentals) {
   PL_REQUIRE_NVRTC();
   for (DType t : {f16, bf16, f32}) {
     SCOPED_TRACE(dtype_name(t));
     const Shape shape{4, 512};
-    auto kernel = [](pl::Refs r) {
+    const bool single = t == f32;
+    auto kernel = [single](pl::Refs r) {
       pl::Value x = r[0][pl::all];
       pl::Value p = jnp::abs(x) + 0.01;
+      // float32 only: 16-bit floats cannot hold the huge denominators
+      pl::Value huge = single ? jnp::abs(x) * 1e37 + 1e37 : p;
       int o = 1;
-      for (pl::Value v : {jnp::exp(x), jnp::exp2(x), jnp::log(p), jnp::log2(p), jnp::logistic(x)}) r[o++][pl::all] = v;
+      for (pl::Value v : {jnp::exp(x), jnp::exp2(x), jnp::log(p), jnp::log2(p), jnp::logistic(x), x / p, x / huge})
+        r[o++][pl::all] = v;
     };
-    std::vector<ShapeDtype> outs(5, ShapeDtype(shape, t));
+    std::vector<ShapeDtype> outs(7, ShapeDtype(shape, t));
     CallOptions options{.name = "fast_unary"};
     options.compiler_params.fast_math = true;
     check_kernel(kernel, outs, options, {uniform(31, shape, f32, -10, 10).astype(t)}, t == f32 ? 2e-6 : -1);

@@ -15,7 +15,8 @@ std::string call(const std::string& f, const std::string& a, const std::string& 
   return f + "(" + a + ", " + b + ")";
 }
 
-// CompilerParams::fast_math for float32 and narrower: the special-function unit (pl_math.h).
+// CompilerParams::fast_math for float32 and narrower: the special-function unit (pl_math.h), and
+// division by the full-range approximation (2 ulps, as Triton divides).
 std::string fast_float_unary(ir::Op op, const std::string& a) {
   switch (op) {
     case ir::Op::Exp: return call("pl_fast_exp", a);
@@ -59,8 +60,9 @@ std::string float_unary(ir::Op op, bool single, bool fast, const std::string& a)
   }
 }
 
-std::string float_binary(ir::Op op, bool single, const std::string& a, const std::string& b) {
+std::string float_binary(ir::Op op, bool single, bool fast, const std::string& a, const std::string& b) {
   const std::string f = single ? "f" : "";
+  if (single && fast && op == ir::Op::Div) return call("pl_fast_div", a, b);
   if (const char* fn = backend::libm_function(op)) return call(fn + f, a, b);
   switch (op) {
     case ir::Op::Add: return a + " + " + b;
@@ -151,7 +153,7 @@ std::string Emitter::elementwise_expr(const ir::Inst& in, const std::vector<std:
       break;
     case ir::Family::Binary:
       if (is_float(ot)) {
-        e = float_binary(in.op, is_f32_or_narrower(ot), a[0], a[1]);
+        e = float_binary(in.op, is_f32_or_narrower(ot), params_.fast_math, a[0], a[1]);
         needs_round = true;
       } else {
         e = int_binary(in.op, ot, a[0], a[1]);
