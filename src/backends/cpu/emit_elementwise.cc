@@ -1,5 +1,6 @@
 // cpu codegen: dtypes and literals, elementwise expressions (the interpreter's eval_elementwise.cc
 // rules, in C++ of the compute types), scalar ops, and fused elementwise loops.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -204,14 +205,28 @@ void Emitter::emit_group(const FusionGroup& g) {
   for (size_t d = 0; d < (g.needs_indices ? rank : 1); ++d) close();
 }
 
+bool Emitter::in_group(ir::ValueId u, const FusionGroup& g) const {
+  const ir::Inst* d = def_[static_cast<size_t>(u)];
+  if (!d) return false;
+  auto it = group_of_.find(d);
+  return it != group_of_.end() && it->second == group_of_.at(g.members.front());
+}
+
+// The group's inputs read at the element's own index, name[i] below (not through a broadcast).
+std::vector<ir::ValueId> Emitter::indexed_inputs(const FusionGroup& g) {
+  std::vector<ir::ValueId> inputs;
+  for (const ir::Inst* m : g.members) {
+    if (m->op == ir::Op::Iota || m->op == ir::Op::Broadcast) continue;
+    for (ir::ValueId u : m->operands)
+      if (!in_group(u, g) && kind(u) != ValueKind::Scalar && std::find(inputs.begin(), inputs.end(), u) == inputs.end())
+        inputs.push_back(u);
+  }
+  return inputs;
+}
+
 void Emitter::emit_group_body(const FusionGroup& g, bool materialize) {
-  const size_t group = group_of_.at(g.members.front());
   auto operand = [&](ir::ValueId u) -> std::string {
-    const ir::Inst* d = def_[static_cast<size_t>(u)];
-    if (d) {
-      auto it = group_of_.find(d);
-      if (it != group_of_.end() && it->second == group) return temp(u);
-    }
+    if (in_group(u, g)) return temp(u);
     if (kind(u) == ValueKind::Scalar) return name(u);
     return name(u) + "[i]";
   };

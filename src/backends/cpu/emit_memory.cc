@@ -243,17 +243,6 @@ void Emitter::emit_fused_rows(const ir::Inst& in, const Access& a, const FusionG
   auto range = [](const std::string& from, const std::string& to) {
     return "for (int64_t pl_k = " + from + "; pl_k < (" + to + "); ++pl_k)";
   };
-  // The group's inputs read at the element's own index (emit_group_body's name[i]).
-  std::vector<std::string> inputs;
-  for (const ir::Inst* m : g.members) {
-    if (m->op == ir::Op::Iota || m->op == ir::Op::Broadcast) continue;
-    for (ir::ValueId u : m->operands) {
-      const ir::Inst* d = def_[static_cast<size_t>(u)];
-      if ((d && group_of_.count(d) && group_of_.at(d) == group_of_.at(g.members.front())) || kind(u) == ValueKind::Scalar)
-        continue;
-      if (std::find(inputs.begin(), inputs.end(), name(u)) == inputs.end()) inputs.push_back(name(u));
-    }
-  }
   emit_rows(a, [&](const std::string& flat, const std::string& off, const std::string& lo, const std::string& hi) {
     if (!streaming) {
       elements(range(lo, hi), flat, "pl_k",
@@ -280,7 +269,7 @@ void Emitter::emit_fused_rows(const ir::Inst& in, const Access& a, const FusionG
     // Whole chunks, 64-byte aligned: a loop of constant trip count and four lines streamed as they
     // are, the inputs read element by element prefetched ahead (where the flags ask for it).
     open("for (; pl_c + 64 <= pl_hi; pl_c += 64)");
-    for (const std::string& input : inputs) line("pl_cpu::prefetch_chunk_inputs(" + input + " + " + flat + " + pl_c);");
+    for (ir::ValueId input : indexed_inputs(g)) line("pl_cpu::prefetch_chunk_inputs(" + name(input) + " + " + flat + " + pl_c);");
     elements("for (int64_t pl_j = 0; pl_j < 64; ++pl_j)", flat, "pl_c + pl_j", "pl_chunk[pl_j] = " + result + ";");
     line("pl_cpu::store_chunk_streaming(" + base + " + (" + off + ") + pl_c, pl_chunk);");
     close();

@@ -92,6 +92,8 @@ class Emitter {
   void emit_group(const FusionGroup& g);
   // The group's member expressions for element i (tN); materialize also stores its Tile values.
   void emit_group_body(const FusionGroup& g, bool materialize);
+  bool in_group(ir::ValueId u, const FusionGroup& g) const;  // computed by g's own members
+  std::vector<ir::ValueId> indexed_inputs(const FusionGroup& g);
 
   // ---- layout, reductions, scans (emit_layout.cc) ----
   void emit_reshape(const ir::Inst& in);

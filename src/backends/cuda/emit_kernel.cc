@@ -509,13 +509,10 @@ GeneratedKernel Emitter::run() {
     linear = "(" + linear + ") * " + std::to_string(k_.grid[d]) + "ll + pl_pid" + std::to_string(d);
   const std::string program = "  long long pl_rest = pl_block;\n" + program_id_decode() +
                               "  const long long pl_linear = " + linear + ";\n  (void)pl_linear;\n";
-  // Persistent (warp-specialised kernels without per-program scratch, homes or records): a block
-  // runs programs pl_block, pl_block + blocks, ..., its producer filling the ring for the next
-  // program while the consumers store this one's results.
-  const char* persist_env = std::getenv("PALLADIUM_CUDA_PERSISTENT");
-  g.persistent = producer_warps_ > 0 && !(persist_env && std::string(persist_env) == "0") &&
-                 (tma_homes_.empty() || (producer_homes_ && homes_persistent_)) &&
-                 debug_prints_.empty() && !params_.checks && g.scratch_bytes == 0;
+  // Persistent (warp-specialised kernels whose homes the producer loads, without per-program
+  // scratch or records; persistent_eligible): a block runs programs pl_block, pl_block + blocks,
+  // ..., its producer filling the ring for the next program while the consumers store this one's.
+  g.persistent = persistent_eligible() && debug_prints_.empty() && !params_.checks && g.scratch_bytes == 0;
   src << "  extern __shared__ __align__(1024) unsigned char pl_smem[];\n";
   src << "  const long long pl_first_block = (long long)blockIdx.x + (long long)blockIdx.y * gridDim.x;\n";
   if (!g.persistent) {

@@ -110,8 +110,7 @@ void Emitter::assign_producer() {
       bool others = false;
       for (const ir::Inst* load : prefetched_loads(*loop))
         others = others || (load->results[0] != first.a && load->results[0] != first.b);
-      const bool alike = program_axes_of(loop->operands[0]).empty() && program_axes_of(loop->operands[1]).empty();
-      if (!others || !alike) continue;
+      if (!others || !runs_alike(*loop)) continue;
     }
     // Unpipelined: only where two warpgroups can take turns at the loop's dots.
     int body_dots = 0;
@@ -199,16 +198,26 @@ void Emitter::choose_producer_homes(const std::set<ir::ValueId>& known) {
     home_releases_[last].push_back(index);
   }
   producer_homes_ = true;
-  // Persistent blocks walk their programs in a fixed stride, which balances programs of one length
-  // only: the causal forward (a triangular loop) ran up to 6% slower so (H100, stop 34 job 1,
-  // d128 block_k 64 s2048 0.480 -> 0.508 ms; d64 block_k 128 0.613 -> 0.639), the others within
-  // -2% to +2% (d128 blocks 128 x 128 s2048 0.595 -> 0.584). PALLADIUM_CUDA_PERSISTENT=1 forces it.
-  for (const auto& [loop, issue] : round_issue_)
-    if (issue == RoundIssue::Producer)
-      homes_persistent_ = homes_persistent_ && program_axes_of(loop->operands[0]).empty() &&
-                          program_axes_of(loop->operands[1]).empty();
+}
+
+bool Emitter::runs_alike(const ir::Inst& loop) const {
+  return program_axes_of(loop.operands[0]).empty() && program_axes_of(loop.operands[1]).empty();
+}
+
+// Persistent blocks walk their programs in a fixed stride, which balances programs of one length
+// only: the causal forward (a triangular loop) ran up to 6% slower so (H100, stop 34 job 1, d128
+// block_k 64 s2048 0.480 -> 0.508 ms; d64 block_k 128 0.613 -> 0.639), the others within -2% to
+// +2% (d128 blocks 128 x 128 s2048 0.595 -> 0.584). A home must come from the producer (the next
+// program's copy waits for the consumers to give it back). PALLADIUM_CUDA_PERSISTENT=0 turns
+// persistence off, =1 forces it where loops differ between programs.
+bool Emitter::persistent_eligible() const {
   const char* env = std::getenv("PALLADIUM_CUDA_PERSISTENT");
-  if (env && std::string(env) == "1") homes_persistent_ = true;
+  const std::string mode = env ? env : "";
+  if (producer_warps_ == 0 || mode == "0" || (!tma_homes_.empty() && !producer_homes_)) return false;
+  bool alike = true;
+  for (const auto& [loop, issue] : round_issue_)
+    if (issue == RoundIssue::Producer) alike = alike && runs_alike(*loop);
+  return alike || mode == "1";
 }
 
 // Program n's homes, once the consumers gave back program n - 1's (the k-th completion of an empty

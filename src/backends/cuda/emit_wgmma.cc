@@ -163,7 +163,7 @@ void Emitter::emit_wgmma_issue(const ir::Inst& in, ir::ValueId a, ir::ValueId b,
          "[s1 + 3]);");
     close();
   }
-  for (ir::ValueId home : {a, b})  // a tile still in flight from the TMA (phase 0 stays complete after)
+  for (ir::ValueId home : {a, b})  // a tile still in flight from the TMA (this program's phase, pl_home_phase)
     if (auto th = tma_homes_.find(home); th != tma_homes_.end() && !tma_homes_waited_.count(home))
       line("pl_mbar_wait(pl_home_bar" + std::to_string(th->second) + ", pl_home_phase);");
   emit_turn_wait(in);  // ping-pong: this warpgroup's turn at the tensor cores

@@ -252,8 +252,8 @@ class Emitter {
   };
   std::map<ir::ValueId, TmaLoad> tma_loads_;
   // Homes loaded once at the kernel's top level through the TMA: the copy is issued where the
-  // load stands and awaited (its own barrier pl_home_bar<index>, phase 0) by the dots reading it,
-  // so the loops' first rounds go out while it is in flight.
+  // load stands and awaited (its own barrier pl_home_bar<index>, parity pl_home_phase) by the
+  // dots reading it, so the loops' first rounds go out while it is in flight.
   std::map<ir::ValueId, int> tma_homes_;
   std::set<ir::ValueId> tma_homes_waited_;  // awaited before a top-level loop reading them
   void emit_tma_home_waits(const ir::Inst& loop);
@@ -263,10 +263,11 @@ class Emitter {
   // waits on pl_home_bar<index> take the parity pl_home_phase, a program count's low bit. This is
   // what lets such a kernel (the attention forward, its q block a home) run persistently.
   bool producer_homes_ = false;
-  bool homes_persistent_ = true;  // such a kernel runs persistently (every served loop alike)
   std::vector<const ir::Inst*> home_loads_;                           // top-level loads, by home index
   std::map<const ir::Inst*, std::vector<int>> home_releases_;         // top-level inst -> homes freed after it
   void choose_producer_homes(const std::set<ir::ValueId>& known);
+  bool runs_alike(const ir::Inst& loop) const;  // its bounds are free of program ids
+  bool persistent_eligible() const;             // a producer kernel whose programs may share a block
   void emit_producer_homes();                  // in the producer's program, before its rounds
   void emit_home_release(const ir::Inst& in);  // in the consumers', after a top-level instruction
   std::map<const ir::Inst*, TmaRing> tma_rings_;  // by loop
