@@ -52,15 +52,11 @@ PL_DEVICE void pl_regs_increase() {
 // Ping-pong of two consumer warpgroups (named barriers 2 and 3): warpgroup `wg` waits for its
 // turn to issue tensor-core work, then passes the turn to the other one, so that the two issue
 // their dots alternately and one's softmax runs while the other's dots hold the tensor cores.
-// (Constant barrier ids: with a register id ptxas reserves all sixteen.)
-PL_DEVICE void pl_turn_wait(int wg) {
-  if (wg == 0) asm volatile("bar.sync 2, 256;" ::: "memory");
-  else asm volatile("bar.sync 3, 256;" ::: "memory");
-}
-PL_DEVICE void pl_turn_pass(int wg) {
-  if (wg == 0) asm volatile("bar.arrive 3, 256;" ::: "memory");
-  else asm volatile("bar.arrive 2, 256;" ::: "memory");
-}
+// The barrier id is a register: a branch on the warpgroup put the wgmma after the wait on a
+// divergent path, which ptxas serialises (C7520). So ptxas reserves all sixteen barriers, which
+// costs nothing at the one block per multiprocessor of these kernels.
+PL_DEVICE void pl_turn_wait(int wg) { asm volatile("bar.sync %0, 256;" ::"r"(2 + wg) : "memory"); }
+PL_DEVICE void pl_turn_pass(int wg) { asm volatile("bar.arrive %0, 256;" ::"r"(3 - wg) : "memory"); }
 // Waits until the phase of parity `parity` of the barrier has completed.
 PL_DEVICE void pl_mbar_wait(unsigned long long* bar, unsigned parity) {
   const unsigned a = pl_smem_addr(bar);

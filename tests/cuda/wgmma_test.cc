@@ -43,6 +43,30 @@ std::string first_loop(const std::string& source) {
   return source.substr(loop, end - loop);
 }
 
+// Compiles the forward's source for sm_90a with ptxas's report: no wgmma serialised (C7520: a
+// wgmma on a divergent path; C7508), no spills.
+void expect_wgmma_unserialised(const std::string& source) {
+  cuda::GeneratedKernel g;
+  g.entry = "pl_mha_forward";
+  g.source = source;
+  test_support::ScopedEnv verbose{"PALLADIUM_CUDA_PTXAS_VERBOSE", "1"};
+  testing::internal::CaptureStderr();
+  const cuda::CompileResult c = cuda::compile_to_cubin(g, "mha_forward", cuda::target_for(9, 0), false, false);
+  const std::string report = testing::internal::GetCapturedStderr();
+  EXPECT_FALSE(c.cubin.empty());
+  // ptxas's report comes back in NVRTC's log on the development machines (CUDA 13.0, compile
+  // only, where CI checks it); the H100 machine's NVRTC returned an empty log (stop 32, jobs 2
+  // and 3), and there only the source and the results are checked.
+  if (report.find("ptxas") == std::string::npos && mode() == Mode::Gpu) {
+    std::cout << "NVRTC " << cuda::nvrtc_version() << " returned no ptxas report: " << report << "\n";
+    return;
+  }
+  EXPECT_NE(report.find("Used "), std::string::npos) << report;
+  EXPECT_EQ(report.find("C7520"), std::string::npos) << report;
+  EXPECT_EQ(report.find("C7508"), std::string::npos) << report;
+  EXPECT_NE(report.find(" 0 bytes spill stores"), std::string::npos) << report;
+}
+
 TEST(CudaWgmma, DotOrientations) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;
@@ -231,25 +255,7 @@ TEST(CudaWgmma, PipelinedAttentionLoopGetsAProducerWarpgroup) {
     EXPECT_EQ(test_support::count_of(body, "pl_mbar_arrive(&pl_empty0["), 1u);
     EXPECT_EQ(test_support::count_of(body, "pl_mbar_arrive(&pl_empty1["), 1u);
     EXPECT_EQ(test_support::count_of(body, "__syncthreads();"), 0u);
-    cuda::GeneratedKernel g;
-    g.entry = "pl_mha_forward";
-    g.source = source;
-    test_support::ScopedEnv verbose{"PALLADIUM_CUDA_PTXAS_VERBOSE", "1"};
-    testing::internal::CaptureStderr();
-    const cuda::CompileResult c = cuda::compile_to_cubin(g, "mha_forward", cuda::target_for(9, 0), false, false);
-    const std::string report = testing::internal::GetCapturedStderr();
-    EXPECT_FALSE(c.cubin.empty());
-    // ptxas's report comes back in NVRTC's log on the development machines (CUDA 13.0, compile
-    // only, where CI checks it); the H100 machine's NVRTC returned an empty log (stop 32, jobs 2
-    // and 3), and there only the source and the results are checked.
-    if (report.find("ptxas") == std::string::npos && mode() == Mode::Gpu) {
-      std::cout << "NVRTC " << cuda::nvrtc_version() << " returned no ptxas report: " << report << "\n";
-      continue;
-    }
-    EXPECT_NE(report.find("Used "), std::string::npos) << report;
-    EXPECT_EQ(report.find("C7520"), std::string::npos) << report;
-    EXPECT_EQ(report.find("C7508"), std::string::npos) << report;
-    EXPECT_NE(report.find(" 0 bytes spill stores"), std::string::npos) << report;
+    expect_wgmma_unserialised(source);
   }
 }
 
@@ -351,6 +357,43 @@ TEST(CudaWgmma, AttentionForwardWarpgroupsTakeTurns) {
       EXPECT_GT(source.find("pl_turn_pass(pl_warp() >> 2);"), loop);
       EXPECT_GT(source.find("pl_turn_wait(0);"), loop);
     }
+}
+
+// The default ping-pong: in the software-pipelined forward loop the two consumer
+// warpgroups take turns at issuing the next q k^T and this p v (one wait before the pair, one pass
+// after it); the prologue's first q k^T is a turn of its own. Warpgroup 1 hands over the first
+// turn before the prologue, and warpgroup 0 takes back its last pass after the loop. Head_dim 128,
+// blocks 128 x 128 (persistent) and 128 x 64 causal, against float64.
+TEST(CudaWgmma, PipelinedAttentionWarpgroupsTakeTurns) {
+  PL_REQUIRE_NVRTC();
+  WgmmaOn on;
+  test_support::ScopedEnv blocks{"PALLADIUM_CUDA_PERSISTENT_BLOCKS", "3"};
+  for (const auto& [block_k, causal] : {std::pair<int64_t, bool>{128, false}, std::pair<int64_t, bool>{64, true}}) {
+    SCOPED_TRACE("block_k " + std::to_string(block_k) + (causal ? ", causal" : ""));
+    const std::string source = checked_attention_source(
+        "mha_forward", {2, 512, 2, 128}, 83 + block_k,
+        {.sm_scale = 0.097f, .causal = causal, .block_q = 128, .block_k = block_k}, false);
+    ASSERT_FALSE(source.empty()) << "no generated source";
+    EXPECT_NE(source.find("pl_wgmma_wait<1>"), std::string::npos) << "not software-pipelined";
+    EXPECT_NE(source.find("pl_regs_increase<240>();"), std::string::npos) << "no producer warpgroup";
+    const std::string body = first_loop(source);
+    ASSERT_FALSE(body.empty()) << "no loop in the generated source";
+    EXPECT_EQ(test_support::count_of(body, "pl_turn_wait(pl_warp() >> 2);"), 1u);
+    EXPECT_EQ(test_support::count_of(body, "pl_turn_pass(pl_wg);"), 1u);
+    EXPECT_EQ(test_support::count_of(body, "pl_turn_wait(pl_wg);"), 0u);
+    const size_t wait = body.find("pl_turn_wait(pl_warp() >> 2);");
+    EXPECT_LT(wait, body.find("pl_wgmma_commit();")) << "the turn begins after the next q k^T's issue";
+    EXPECT_GT(body.find("pl_turn_pass(pl_wg);"), body.rfind("pl_wgmma_commit();") - 200)
+        << "the turn ends before p v's issue";
+    const size_t loop = source.find(body);
+    const size_t handover = source.find("if ((pl_warp() >> 2) == 1) pl_turn_pass(1);");
+    const size_t prologue_wait = source.find("pl_turn_wait(pl_warp() >> 2);");
+    EXPECT_LT(handover, prologue_wait);
+    EXPECT_LT(prologue_wait, loop);
+    EXPECT_EQ(test_support::count_of(source, "pl_turn_pass(pl_warp() >> 2);"), 1u) << "the prologue's pass";
+    EXPECT_GT(source.find("if ((pl_warp() >> 2) == 0) pl_turn_wait(0);"), loop);
+    expect_wgmma_unserialised(source);
+  }
 }
 
 // Atomic adds of a wgmma accumulator whose old values nobody reads: adjacent columns go out as one

@@ -5,9 +5,11 @@
 // the first dot of iteration i + 1 is issued just before the last dot of iteration i, and that
 // last dot is retired only where its accumulator (a loop carry) is next read, after the next
 // iteration's elementwise work. The tensor cores then run dot(p, v_i) while the warps compute on
-// s_{i+1}. Prefetched tiles move to a distance of stages - 2 iterations so that no buffer is
-// overwritten while an in-flight dot still reads it; served by a producer warpgroup, the slots
-// come back on barriers instead (K's and V's apart, emit_producer.cc), and two stages do.
+// s_{i+1}. Two consumer warpgroups also take turns at issuing those two dots (emit_producer.cc),
+// so that one's softmax runs under the other's dots (PALLADIUM_CUDA_PINGPONG=0: no turns).
+// Prefetched tiles move to a distance of stages - 2 iterations so that no buffer is overwritten
+// while an in-flight dot still reads it; served by a producer warpgroup, the slots come back on
+// barriers instead (K's and V's apart, emit_producer.cc), and two stages do.
 // PALLADIUM_CUDA_PIPELINE=0 turns this off.
 #include <cstdlib>
 #include <functional>
@@ -102,8 +104,11 @@ void Emitter::emit_pipeline_prologue(const PipelinedLoop& p) {
   declare(p.first_dot->results[0]);
   open("if (" + lo + " < " + hi + ")");
   emit_prefetch_wait(loop, lo, split ? 0 : -1);
+  const bool turns = pipelined_turns(p);
+  if (turns) line("pl_turn_wait(pl_warp() >> 2);");  // the first dot is a turn of its own
   emit_first_dot_issue(p, lo);
   line("pl_wgmma_commit();");
+  if (turns) line("pl_turn_pass(pl_warp() >> 2);");
   line("pl_wgmma_wait<0>();");
   if (split) emit_slot_release(loop, 0, lo);  // K's slot: its one dot is retired
   close();
@@ -131,6 +136,8 @@ void Emitter::emit_pipeline_next_issue(const PipelinedLoop& p) {
   const std::string i = name(body.args[0]) + "[0]", hi = name(p.loop->operands[1]) + "[0]";
   const bool split = tma_ring(*p.loop) && tma_ring(*p.loop)->split;
   emit_prefetch_wait(*p.loop, i + " + 1", split ? 0 : -1);
+  // Ping-pong: this warpgroup's turn at the tensor cores, for both dots (the last one passes it on).
+  if (pipelined_turns(p)) line("pl_turn_wait(pl_warp() >> 2);");
   open("if (" + i + " + 1 < " + hi + ")");
   emit_first_dot_issue(p, i + " + 1");
   close();

@@ -371,8 +371,8 @@ void Emitter::emit_control(const ir::Inst& in) {
     for (size_t r = 0; r < in.results.size(); ++r) name_override_[body.args[1 + r]] = name(in.results[r]);
     const PipelinedLoop* pipe = pipelined_loop(in);
     if (pipe && pipe->carry_reader) name_override_[pipe->carry_reader->results[0]] = name(pipe->carry_arg);
+    emit_turns_open(in);  // before the prologue: a pipelined loop's first turn is there
     emit_loop_prologue(in);
-    emit_turns_open(in);
     const std::string it = reg_type(type(body.args[0]).dtype);
     const std::string idx = "pl_i" + std::to_string(body.args[0]);
     open("for (" + it + " " + idx + " = " + name(in.operands[0]) + "[0]; " + idx + " < " + name(in.operands[1]) +

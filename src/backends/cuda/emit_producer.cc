@@ -21,7 +21,17 @@
 // Opt-in (PALLADIUM_CUDA_PINGPONG=1): on an H100 (stop 31, jobs 1-3) it moved the head_dim 128
 // forward by -3% (causal) to +2%, and cost head_dim 64, whose two programs per SM already overlap
 // each other, 12-18%; a turn per dot was no better and the producer without turns worse (job 2;
-// both variants since removed).
+// both variants since removed). Stop 35 job 2, with the turns' barrier ids in registers: still
+// d64 blocks 128 x 64 0.83 -> 0.98 ms, causal d128 128 x 128 0.39 -> 0.43.
+//
+// By default the software-pipelined loop (dot_pipeline.cc) takes turns where two consumer
+// warpgroups run it, as FlashAttention-3 does: a turn is the issue of the next iteration's first
+// dot and this iteration's last (the prologue's first dot a turn of its own), so each warpgroup's
+// softmax runs while the other's two dots hold the tensor cores. H100, stop 35 job 2, same
+// binary, two rounds each, ms: d128 blocks 128 x 128 s8192 2.017/2.021 -> 2.003/1.985, s2048
+// within noise; d64 128 x 128 s2048 0.872 -> 0.857, s8192 3.26 -> 3.19, causal 1.98 -> 1.93; no
+// row slower. (Job 1, with the turn's barrier chosen by a branch on the warpgroup, ptxas
+// serialised every wgmma, C7520, and the causal d128 128 x 64 ran 0.45 -> 0.60 ms.)
 //
 // With two or more consumer warpgroups the producer is a whole warpgroup (only its first lane
 // works) and the registers move (setmaxnreg): the block is launched at 168 registers a thread
@@ -52,9 +62,16 @@ bool producer_computable(ir::Op op) {
   return (ir::op_family(op) == ir::Family::Leaf && op != ir::Op::Iota) || is_index_arith(op);
 }
 
+// PALLADIUM_CUDA_PINGPONG: by default the software-pipelined loops take turns; "1" takes them in
+// the unpipelined loop instead (and drops the pipelining), "0" in neither.
 bool pingpong_enabled() {
   const char* env = std::getenv("PALLADIUM_CUDA_PINGPONG");
   return env && std::string(env) == "1";
+}
+
+bool pipelined_pingpong_enabled() {
+  const char* env = std::getenv("PALLADIUM_CUDA_PINGPONG");
+  return !env || !*env || std::string(env) == "pipelined";
 }
 
 bool register_rebalancing_enabled() {
@@ -145,6 +162,9 @@ void Emitter::assign_producer() {
         if (wgmma_dots_.count(&in)) dots.push_back(&in);
       turn_dots_[dots.front()] = {loop, Turn::EndsOne};
       turn_dots_[dots.back()] = {loop, Turn::BeginsOne};
+    } else if (pipe && pipe->first_dot && threads_ == 256 && pipelined_pingpong_enabled()) {
+      pingpong_loops_.insert(loop);
+      turn_dots_[pipe->last_dot] = {loop, Turn::EndsPipelined};
     }
   }
   if (producer_warps_ == 0) return;
@@ -387,13 +407,15 @@ void Emitter::emit_turns_open(const ir::Inst& loop) {
 
 void Emitter::emit_turns_close(const ir::Inst& loop) {
   if (!pingpong_loops_.count(&loop)) return;
-  line("if (" + name(loop.operands[1]) + "[0] > " + name(loop.operands[0]) + "[0]) pl_turn_pass(pl_warp() >> 2);");
+  const PipelinedLoop* pipe = pipelined_loop(loop);
+  if (!pipe)  // the unpipelined loop's last turn, begun at its last p v, is still open
+    line("if (" + name(loop.operands[1]) + "[0] > " + name(loop.operands[0]) + "[0]) pl_turn_pass(pl_warp() >> 2);");
   line("if ((pl_warp() >> 2) == 0) pl_turn_wait(0);");
 }
 
 void Emitter::emit_turn_wait(const ir::Inst& dot) {
   auto it = turn_dots_.find(&dot);
-  if (it == turn_dots_.end()) return;
+  if (it == turn_dots_.end() || it->second.turn == Turn::EndsPipelined) return;
   const ir::Inst& loop = *it->second.loop;
   if (it->second.turn == Turn::EndsOne)  // the first iteration's first dot begins a turn too
     line("if (" + name(loop.regions[0].args[0]) + "[0] == " + name(loop.operands[0]) + "[0]) pl_turn_wait(pl_wg);");
@@ -403,7 +425,12 @@ void Emitter::emit_turn_wait(const ir::Inst& dot) {
 
 void Emitter::emit_turn_pass(const ir::Inst& dot) {
   auto it = turn_dots_.find(&dot);
-  if (it != turn_dots_.end() && it->second.turn == Turn::EndsOne) line("pl_turn_pass(pl_wg);");
+  if (it != turn_dots_.end() && it->second.turn != Turn::BeginsOne) line("pl_turn_pass(pl_wg);");
+}
+
+bool Emitter::pipelined_turns(const PipelinedLoop& p) const {
+  auto it = turn_dots_.find(p.last_dot);
+  return it != turn_dots_.end() && it->second.turn == Turn::EndsPipelined;
 }
 
 }  // namespace palladium::cuda

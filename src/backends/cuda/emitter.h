@@ -306,7 +306,9 @@ class Emitter {
   void drop_short_pipelines();  // two-stage pipelined loops that no producer serves
   // Ping-pong (emit_producer.cc): unpipelined served loops whose two consumer warpgroups take turns
   // at the tensor cores, and the wgmma dots in their bodies that begin or end a turn.
-  enum class Turn { EndsOne, BeginsOne };  // the first dot (q k^T) ends a turn, the last (p v) begins one
+  // Unpipelined: the first dot (q k^T) ends a turn, the last (p v) begins one. Pipelined: a turn
+  // is the issue of the next iteration's first dot and this one's last (EndsPipelined: the last).
+  enum class Turn { EndsOne, BeginsOne, EndsPipelined };
   struct TurnDot {
     const ir::Inst* loop = nullptr;
     Turn turn = Turn::EndsOne;
@@ -317,6 +319,7 @@ class Emitter {
   void emit_turns_close(const ir::Inst& loop);  // after it
   void emit_turn_wait(const ir::Inst& dot);     // before a dot's issue, where a turn begins
   void emit_turn_pass(const ir::Inst& dot);     // after it, where one ends
+  bool pipelined_turns(const PipelinedLoop& p) const;  // does p's loop take turns?
   // The programs' walk (program_order.cc): pl_pid<d> from the linear block index, the parallel
   // axes outermost first, and the grid axes a value's program ids come from.
   std::string program_id_decode() const;
