@@ -321,6 +321,10 @@ TEST(CudaWgmma, CausalSpansAreRecomputedNotExchanged) {
   EXPECT_EQ(test_support::count_of(body, "__syncthreads();"), 1u);
   EXPECT_EQ(body.find("pl_stage_s"), std::string::npos);
   EXPECT_EQ(source.find("pl_turn_wait"), std::string::npos);
+  // Blocks below the diagonal skip the mask (uniform_select.cc): its tiles exist only in the
+  // select's mixed branch.
+  EXPECT_EQ(test_support::count_of(body, "all true, all false, or mixed over the block"), 1u);
+  EXPECT_EQ(body.find("bool v"), std::string::npos);
 }
 
 // PALLADIUM_CUDA_PINGPONG=1: the forward's two consumer warpgroups take turns at the tensor cores.

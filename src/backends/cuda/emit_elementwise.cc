@@ -194,6 +194,7 @@ std::string Emitter::elementwise_expr(const ir::Inst& in, const std::vector<std:
 void Emitter::emit_elementwise(const ir::Inst& in) {
   const ir::ValueId r = in.results[0];
   if (alias_of.count(r)) return;  // an add folded into its dot's accumulator (emit_dot.cc)
+  if (uniform_selects_.count(&in)) return emit_uniform_select(in);
   std::vector<std::string> a;
   for (ir::ValueId v : in.operands) a.push_back(at(v));
   const std::string e = elementwise_expr(in, a);

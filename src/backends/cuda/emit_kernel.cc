@@ -297,6 +297,7 @@ void Emitter::retire_dots() {
 static const ir::Inst& yield_of(const ir::Region& r) { return r.body.back(); }
 
 void Emitter::emit_inst(const ir::Inst& in) {
+  if (deferred(in)) return;  // a uniform select's predicate, computed in its mixed branch
   emit_inst_body(in);
   // Loop-invariant dot operands computed in registers are copied to their shared home once.
   for (ir::ValueId r : in.results)

@@ -11,6 +11,7 @@
 // computes alike), so barriers may sit inside loops and branches.
 #pragma once
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -145,6 +146,22 @@ class Emitter {
   // The element of v at `coords` (C++ text) as an expression, when v is cheap index arithmetic
   // (iota, constants, scalars, elementwise ops, reshapes and broadcasts of such); "" otherwise.
   std::string recompute(ir::ValueId v, const std::vector<std::string>& coords, int& budget) const;
+  static constexpr int kRecomputeBudget = 32;  // nodes recompute may visit for a select's predicate
+  // Selects decided per block (uniform_select.cc): the range of an index value, and when a
+  // predicate holds everywhere or nowhere, as expressions over scalars in scope.
+  struct IndexRange {
+    std::string lo, hi, ok;  // ok: no element's arithmetic wrapped in its dtype
+  };
+  struct UniformTest {
+    std::string all_true, all_false;
+  };
+  std::optional<IndexRange> index_range(ir::ValueId v) const;
+  std::optional<UniformTest> uniform_test(ir::ValueId pred) const;
+  void find_uniform_selects();
+  bool deferred(const ir::Inst& in) const;  // computed inside a uniform select's mixed branch instead
+  void emit_uniform_select(const ir::Inst& in);
+  std::set<const ir::Inst*> uniform_selects_;
+  std::set<ir::ValueId> deferred_index_;
   void emit_broadcast(const ir::Inst& in);            // emit_layout_ops.cc
   void emit_reshape(const ir::Inst& in);
   void emit_transpose(const ir::Inst& in);

@@ -453,6 +453,7 @@ void Emitter::plan() {
   choose_stages(homes);
   choose_tma();
   choose_producer();
+  find_uniform_selects();
 
   // Global scratch: Memory tiles (each its own buffer), then the global staging area.
   scratch_offset_.assign(nv, -1);
