@@ -127,7 +127,9 @@ void Emitter::assign_producer() {
       bool others = false;
       for (const ir::Inst* load : prefetched_loads(*loop))
         others = others || (load->results[0] != first.a && load->results[0] != first.b);
-      if (!others || !runs_alike(*loop)) continue;
+      // PALLADIUM_CUDA_PIPELINE_UNEVEN=1 pipelines such loops too (for measuring).
+      const char* uneven = std::getenv("PALLADIUM_CUDA_PIPELINE_UNEVEN");
+      if (!others || (!runs_alike(*loop) && !(uneven && std::string(uneven) == "1"))) continue;
     }
     // Unpipelined: only where two warpgroups can take turns at the loop's dots.
     int body_dots = 0;
