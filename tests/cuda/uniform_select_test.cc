@@ -104,5 +104,23 @@ TEST(CudaUniformSelect, WrappingSpansTakeTheElementwisePath) {
   EXPECT_EQ(to_host(got[0]).get(48 * 96 + 0), -3.0);
 }
 
+// An int8 span of 256 elements wraps past 127 inside the block: no range is taken for it (no
+// branch), while one of 128 elements still branches.
+TEST(CudaUniformSelect, NarrowSpansThatWrapDoNotBranch) {
+  PL_REQUIRE_NVRTC();
+  for (int64_t n : {128, 256}) {
+    SCOPED_TRACE("int8 span of " + std::to_string(n));
+    auto kernel = [n](pl::Ref x_ref, pl::Ref o_ref) {
+      pl::Value span = jnp::arange(n, pl::i8);
+      o_ref[pl::all] = jnp::where(span >= pl::Value(3).astype(pl::i8), x_ref[pl::all], 0.25f);
+    };
+    GeneratedSources sources("uniform-select-int8-test");
+    check_kernel(kernel, {ShapeDtype({n}, f32)}, {.name = "int8_span", .debug = true}, {normal(78 + n, {n})});
+    const std::string source = sources.source("int8_span");
+    ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
+    EXPECT_EQ(source.find("all true, all false, or mixed over the block") != std::string::npos, n == 128) << source;
+  }
+}
+
 }  // namespace
 }  // namespace palladium::cudatest

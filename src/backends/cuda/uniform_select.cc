@@ -57,7 +57,11 @@ std::optional<Emitter::IndexRange> Emitter::index_range(ir::ValueId v) const {
   };
   switch (d->op) {
     case ir::Op::Const: return IndexRange{ll(d->i0), ll(d->i0), "true"};
-    case ir::Op::Iota: return IndexRange{ll(0), ll(t.shape.at(static_cast<size_t>(d->i0)) - 1), "true"};
+    case ir::Op::Iota: {  // (an int8 iota past 127 wraps: no range)
+      const int64_t last = t.shape.at(static_cast<size_t>(d->i0)) - 1;
+      if (last >= (int64_t{1} << (itemsize(t.dtype) * 8 - 1))) return std::nullopt;
+      return IndexRange{ll(0), ll(last), "true"};
+    }
     case ir::Op::Broadcast: case ir::Op::Reshape: case ir::Op::Transpose: return index_range(d->operands[0]);
     case ir::Op::Add: case ir::Op::Sub: {
       const auto a = index_range(d->operands[0]), b = index_range(d->operands[1]);
