@@ -14,6 +14,8 @@
 // s8192 1.230/1.222 -> 1.263/1.273; d64 128 x 64 (unpipelined, where the mask was computed while
 // the dot ran) 0.522-0.531 against 0.517-0.523 off, the branch alone 0.523/0.526; forward+backward
 // causal d64 s2048 2.013 -> 2.118 off, s8192 6.885 -> 7.268, d128 unchanged.
+// A lead, unmeasured: in the pipelined d64 128 x 128 causal loop ptxas spills 20 bytes with the
+// three-way branch and none with the all-false branch left out (the mixed branch covers it).
 #include <algorithm>
 #include <utility>
 #include <cstdlib>
