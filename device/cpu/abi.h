@@ -13,7 +13,7 @@
 
 namespace pl_cpu {
 
-inline constexpr int kAbiVersion = 3;
+inline constexpr int kAbiVersion = 4;
 
 struct Launch {
   // Base pointer of each ref's whole array, in kernel ref order (inputs, then outputs).
@@ -28,6 +28,8 @@ struct Launch {
   void (*fail)(void* host, int32_t site, int32_t kind, int32_t dim, int64_t value, const int64_t* program);
   // float32 matrix products (gemm.h's GemmArgs): the library's GEMM for this CPU, compiled once.
   void (*gemm_f32)(const void* gemm_args);
+  // The workers that run this launch's programs (the thread pool's size).
+  int32_t threads;
 };
 
 }  // namespace pl_cpu

@@ -7,6 +7,7 @@
 #pragma once
 #include <stdint.h>
 
+#include "abi.h"
 #include "storage.h"
 
 namespace pl_cpu {
@@ -120,21 +121,21 @@ PL_INLINE void store_chunk_streaming(float* __restrict dst, const float* __restr
 }
 
 // Software prefetch of a streamed row's inputs, one per 64-byte line of a 64-element chunk, 4096
-// elements ahead into L2 (prefetcht2). Opt-in, PALLADIUM_CPU_CXXFLAGS=-DPL_CPU_STREAM_PREFETCH=1:
-// on the H100 machine's Xeon the generated add of 2^26 float32 (block 65536) ran 37.9 ms at one
-// thread with it (42.5 without, stop 33; memcpy 27.8) but 22.9 against 18.6 ms at two threads
-// (stop 34 job 2, same binary) and alike at 16; on the Zen 4 it cost 45% at one thread (20.4 ->
-// 29.4-31.0 ms, stop 34).
+// elements ahead into L2 (prefetcht2), where PL_CPU_STREAM_PREFETCH is 1 and one thread runs the
+// launch (stream_prefetch). The host compiler sets it on Intel CPUs (host_compiler.cc; override
+// with PALLADIUM_CPU_CXXFLAGS=-DPL_CPU_STREAM_PREFETCH=0 or =1): on the H100 machine's Xeon the
+// generated add of 2^26 float32 (block 65536) ran 37.9 ms at one thread with it (42.5 without,
+// stop 33; memcpy 27.8; stop 34 job 3: 41.5 against 46.2) but 22.9 against 18.6 ms at two
+// threads (stop 34 job 2, same binary) and alike at 16; on the Zen 4 it cost 45% at one thread
+// (20.4 -> 29.4-31.0 ms, stop 34).
 #if !defined(PL_CPU_STREAM_PREFETCH)
 #define PL_CPU_STREAM_PREFETCH 0
 #endif
+PL_INLINE bool stream_prefetch(const Launch& launch) { return PL_CPU_STREAM_PREFETCH && launch.threads == 1; }
+
 template <class T> PL_INLINE void prefetch_chunk_inputs(const T* p) {
-#if PL_CPU_STREAM_PREFETCH
   const char* const ahead = reinterpret_cast<const char*>(p + 4096);  // never dereferenced: a hint
   for (int64_t b = 0; b < 64 * static_cast<int64_t>(sizeof(T)); b += 64) __builtin_prefetch(ahead + b, 0, 1);
-#else
-  (void)p;
-#endif
 }
 
 PL_INLINE void store_fence() {

@@ -4,8 +4,13 @@
 #include <numeric>
 
 #include "backends/cpu/codegen.h"
+#include "backends/cpu/cpu_backend.h"
 #include "core/grid_mapping.h"
 #include "tests/cpu/cpu_test_util.h"
+#include "tests/support/program_support.h"
+
+#define PL_CPU_STREAM_PREFETCH 1  // for StreamPrefetchNeedsOneThreadAndTheFlag
+#include "device/cpu/tile_memory.h"
 
 namespace palladium::cpu_test {
 namespace {
@@ -193,15 +198,13 @@ TEST(CpuMemory, LargeTwoDimensionalOutputsAreStreamedInChunks) {
   EXPECT_NE(generated.source.find("pl_cpu::store_row_streaming("), std::string::npos) << generated.source;
   EXPECT_NE(generated.source.find("for (int64_t pl_j = 0; pl_j < 64; ++pl_j)"), std::string::npos) << generated.source;
   EXPECT_NE(generated.source.find("pl_cpu::store_chunk_streaming("), std::string::npos) << generated.source;
-  // Both inputs prefetched ahead in the whole chunks' loop; compiled in (an opt-in), alike.
+  // Both inputs prefetched ahead in the whole chunks' loop where the launch asks for it (one
+  // thread, a CPU built with PL_CPU_STREAM_PREFETCH); compiled in by the flag, alike.
   const size_t chunks = generated.source.find("for (; pl_c + 64 <= pl_hi; pl_c += 64)");
   ASSERT_NE(chunks, std::string::npos) << generated.source;
   const std::string head = generated.source.substr(chunks, generated.source.find("pl_j", chunks) - chunks);
-  size_t prefetches = 0;
-  for (size_t at = head.find("pl_cpu::prefetch_chunk_inputs("); at != std::string::npos;
-       at = head.find("pl_cpu::prefetch_chunk_inputs(", at + 1))
-    ++prefetches;
-  EXPECT_EQ(prefetches, 2u) << generated.source;
+  EXPECT_EQ(test_support::count_of(head, "if (pl_prefetch) pl_cpu::prefetch_chunk_inputs("), 2u) << generated.source;
+  EXPECT_NE(generated.source.find("const bool pl_prefetch = pl_cpu::stream_prefetch(launch);"), std::string::npos);
   {
     test_support::ScopedEnv prefetch{"PALLADIUM_CPU_CXXFLAGS", "-DPL_CPU_STREAM_PREFETCH=1"};
     auto [cpu_p, interp_p] = run_both(kernel, {pl::ShapeDtype({rows, cols}, pl::f32)}, o, {x, y});
@@ -209,6 +212,35 @@ TEST(CpuMemory, LargeTwoDimensionalOutputsAreStreamedInChunks) {
   }
   // The inputs' edge-block copies only: no block-sized array for the stored value.
   EXPECT_LT(generated.frame_bytes, 3 * 64 * 1000 * 4) << "a block-sized stack array for the stored value";
+}
+
+// The input prefetch of streamed rows runs where one thread runs the launch and the kernel was
+// built with PL_CPU_STREAM_PREFETCH=1 (Intel CPUs by default): a float32 add of 2^24 elements
+// with the flag forced, at one thread (this test sets PALLADIUM_NUM_THREADS before the pool
+// starts; run alone, as ctest runs it), against the interpreter bit for bit.
+TEST(CpuMemory, StreamedInputsPrefetchAtOneThread) {
+  test_support::ScopedEnv one{"PALLADIUM_NUM_THREADS", "1"};
+  test_support::ScopedEnv prefetch{"PALLADIUM_CPU_CXXFLAGS", "-DPL_CPU_STREAM_PREFETCH=1"};
+  if (pl::cpu::num_threads() != 1) GTEST_SKIP() << "the thread pool started before this test (run it alone)";
+  const int64_t n = int64_t{1} << 24;
+  Random rng;
+  pl::Array x = rng.normal({n}), y = rng.normal({n});
+  auto kernel = [](Ref x_ref, Ref y_ref, Ref o_ref) { o_ref[pl::all] = x_ref[pl::all] + y_ref[pl::all]; };
+  auto block = [] { return pl::BlockSpec({65536}, [](pl::Index i) { return pl::idx(i); }); };
+  const pl::CallOptions o{.grid = {n / 65536}, .in_specs = {block(), block()}, .out_specs = {block()},
+                          .name = "prefetched_add"};
+  auto [cpu, interp] = run_both(kernel, {pl::ShapeDtype({n}, pl::f32)}, o, {x, y});
+  EXPECT_TRUE(same(cpu[0], interp[0]));
+}
+
+// stream_prefetch (device/cpu/tile_memory.h, included here with the flag on): one thread and the
+// flag, not the flag alone.
+TEST(CpuMemory, StreamPrefetchNeedsOneThreadAndTheFlag) {
+  pl_cpu::Launch launch{};
+  launch.threads = 1;
+  EXPECT_TRUE(pl_cpu::stream_prefetch(launch));
+  launch.threads = 2;
+  EXPECT_FALSE(pl_cpu::stream_prefetch(launch));
 }
 
 TEST(CpuMemory, AtomicsFromManyPrograms) {

@@ -89,7 +89,8 @@ class CpuExecutable final : public backend::Executable {
     }
     ThreadPool& pool = ThreadPool::instance();
     RunContext context{&kernel_, &generated_, {}, std::nullopt};
-    const pl_cpu::Launch launch{refs.data(), &context, &print_callback, &fail_callback, gemm_for_this_cpu().run};
+    const pl_cpu::Launch launch{refs.data(), &context, &print_callback, &fail_callback, gemm_for_this_cpu().run,
+                                static_cast<int32_t>(pool.size())};
     const int64_t total = generated_.work_items;  // see GeneratedKernel::work_items
     // Several chunks per worker balance uneven programs; debug_print keeps grid order.
     const int64_t chunk = generated_.prints.empty() ? std::max<int64_t>(1, total / (4 * pool.size())) : total;

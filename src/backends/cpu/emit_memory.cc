@@ -268,8 +268,11 @@ void Emitter::emit_fused_rows(const ir::Inst& in, const Access& a, const FusionG
     close();
     // Whole chunks, 64-byte aligned: a loop of constant trip count and four lines streamed as they
     // are, the inputs read element by element prefetched ahead (where the flags ask for it).
+    const std::vector<ir::ValueId> prefetched = indexed_inputs(g);
+    if (!prefetched.empty()) line("const bool pl_prefetch = pl_cpu::stream_prefetch(launch);");
     open("for (; pl_c + 64 <= pl_hi; pl_c += 64)");
-    for (ir::ValueId input : indexed_inputs(g)) line("pl_cpu::prefetch_chunk_inputs(" + name(input) + " + " + flat + " + pl_c);");
+    for (ir::ValueId input : prefetched)
+      line("if (pl_prefetch) pl_cpu::prefetch_chunk_inputs(" + name(input) + " + " + flat + " + pl_c);");
     elements("for (int64_t pl_j = 0; pl_j < 64; ++pl_j)", flat, "pl_c + pl_j", "pl_chunk[pl_j] = " + result + ";");
     line("pl_cpu::store_chunk_streaming(" + base + " + (" + off + ") + pl_c, pl_chunk);");
     close();
