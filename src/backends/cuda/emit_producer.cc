@@ -399,8 +399,9 @@ void Emitter::emit_consumer_loop_end(const ir::Inst& loop) {
   close();
 }
 
-// Around a ping-pong loop: warpgroup 1 hands the first turn to warpgroup 0 before it; after it,
-// each warpgroup ends the turn its last dot began (where the loop ran), and warpgroup 0 takes back
+// Around a ping-pong loop: warpgroup 1 hands the first turn to warpgroup 0 before it (before a
+// pipelined loop's prologue, whose first dot is a turn); after it, in the unpipelined loop each
+// warpgroup ends the turn its last dot began (where the loop ran), and warpgroup 0 takes back
 // warpgroup 1's last pass, so that every arrival on the turn barriers has its wait and a later run
 // of the loop starts afresh.
 void Emitter::emit_turns_open(const ir::Inst& loop) {

@@ -321,8 +321,9 @@ class Emitter {
   void emit_slot_release(const ir::Inst& loop, int group, const std::string& iteration);
   void split_served_rings();  // the served attention loops' rings, and the barrier sets
   void drop_short_pipelines();  // two-stage pipelined loops that no producer serves
-  // Ping-pong (emit_producer.cc): unpipelined served loops whose two consumer warpgroups take turns
-  // at the tensor cores, and the wgmma dots in their bodies that begin or end a turn.
+  // Ping-pong (emit_producer.cc): served loops whose two consumer warpgroups take turns at the
+  // tensor cores (pipelined by default, unpipelined with PALLADIUM_CUDA_PINGPONG=1), and the wgmma
+  // dots in their bodies that begin or end a turn.
   // Unpipelined: the first dot (q k^T) ends a turn, the last (p v) begins one. Pipelined: a turn
   // is the issue of the next iteration's first dot and this one's last (EndsPipelined: the last).
   enum class Turn { EndsOne, BeginsOne, EndsPipelined };
