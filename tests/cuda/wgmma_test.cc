@@ -385,10 +385,11 @@ TEST(CudaWgmma, PipelinedAttentionWarpgroupsTakeTurns) {
     EXPECT_EQ(test_support::count_of(body, "pl_turn_wait(pl_warp() >> 2);"), 1u);
     EXPECT_EQ(test_support::count_of(body, "pl_turn_pass(pl_wg);"), 1u);
     EXPECT_EQ(test_support::count_of(body, "pl_turn_wait(pl_wg);"), 0u);
-    const size_t wait = body.find("pl_turn_wait(pl_warp() >> 2);");
-    EXPECT_LT(wait, body.find("pl_wgmma_commit();")) << "the turn begins after the next q k^T's issue";
-    EXPECT_GT(body.find("pl_turn_pass(pl_wg);"), body.rfind("pl_wgmma_commit();") - 200)
-        << "the turn ends before p v's issue";
+    // In the body the first wgmma issued is the next q k^T, the last this p v (pl_wgmma_n<N>_...).
+    const size_t wait = body.find("pl_turn_wait(pl_warp() >> 2);"), pass = body.find("pl_turn_pass(pl_wg);");
+    EXPECT_LT(wait, body.find("pl_wgmma_n")) << "the turn begins after the next q k^T's issue";
+    EXPECT_GT(pass, body.rfind("pl_wgmma_n")) << "the turn ends before p v's issue";
+    EXPECT_LT(pass, body.rfind("pl_wgmma_commit();")) << "p v's commit group closes after the turn";
     const size_t loop = source.find(body);
     const size_t handover = source.find("if ((pl_warp() >> 2) == 1) pl_turn_pass(1);");
     const size_t prologue_wait = source.find("pl_turn_wait(pl_warp() >> 2);");

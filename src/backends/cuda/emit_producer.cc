@@ -21,8 +21,9 @@
 // Opt-in (PALLADIUM_CUDA_PINGPONG=1): on an H100 (stop 31, jobs 1-3) it moved the head_dim 128
 // forward by -3% (causal) to +2%, and cost head_dim 64, whose two programs per SM already overlap
 // each other, 12-18%; a turn per dot was no better and the producer without turns worse (job 2;
-// both variants since removed). Stop 35 job 2, with the turns' barrier ids in registers: still
-// d64 blocks 128 x 64 0.83 -> 0.98 ms, causal d128 128 x 128 0.39 -> 0.43.
+// both variants since removed). Stop 35 job 2, with the turns' barrier ids in registers, still
+// slower: d64 blocks 128 x 64 s2048 0.827/0.826 -> 0.979 ms, causal d128 128 x 128 s8192
+// 1.254/1.260 -> 1.404.
 //
 // By default the software-pipelined loop (dot_pipeline.cc) takes turns where two consumer
 // warpgroups run it, as FlashAttention-3 does: a turn is the issue of the next iteration's first
@@ -64,15 +65,12 @@ bool producer_computable(ir::Op op) {
 
 // PALLADIUM_CUDA_PINGPONG: by default the software-pipelined loops take turns; "1" takes them in
 // the unpipelined loop instead (and drops the pipelining), "0" in neither.
-bool pingpong_enabled() {
+std::string pingpong_mode() {
   const char* env = std::getenv("PALLADIUM_CUDA_PINGPONG");
-  return env && std::string(env) == "1";
+  return env ? env : "";
 }
-
-bool pipelined_pingpong_enabled() {
-  const char* env = std::getenv("PALLADIUM_CUDA_PINGPONG");
-  return !env || !*env || std::string(env) == "pipelined";
-}
+bool pingpong_enabled() { return pingpong_mode() == "1"; }
+bool pipelined_pingpong_enabled() { return pingpong_mode() != "0" && pingpong_mode() != "1"; }
 
 bool register_rebalancing_enabled() {
   const char* env = std::getenv("PALLADIUM_CUDA_REG_SHARE");
@@ -121,15 +119,15 @@ void Emitter::assign_producer() {
     // pipelined on two stages (H100, stop 33 jobs 1-2: d128 s2048 / s8192 causal, blocks 128 x 128;
     // 2-6% faster without the mask; Nsight Compute on s2048 causal: tensor pipes 36.7% busy
     // against 39.2%, long-scoreboard stalls 0.57 per issue against 0.25; cause not found; stop 34
-    // job 1, pipelined and persistent: s2048 0.418 -> 0.462 ms).
+    // job 1, pipelined and persistent: s2048 0.418 -> 0.462 ms). Stop 35 job 5, with ping-pong and
+    // the causal mask decided per block, through a switch since removed: within noise (s2048
+    // 0.384/0.390 against 0.390/0.392 ms, s8192 1.216/1.219 against 1.214/1.211).
     if (pipe && pipe->first_dot && stages_ < 3) {
       const DotOperands first = dot_operands(*pipe->first_dot);
       bool others = false;
       for (const ir::Inst* load : prefetched_loads(*loop))
         others = others || (load->results[0] != first.a && load->results[0] != first.b);
-      // PALLADIUM_CUDA_PIPELINE_UNEVEN=1 pipelines such loops too (for measuring).
-      const char* uneven = std::getenv("PALLADIUM_CUDA_PIPELINE_UNEVEN");
-      if (!others || (!runs_alike(*loop) && !(uneven && std::string(uneven) == "1"))) continue;
+      if (!others || !runs_alike(*loop)) continue;
     }
     // Unpipelined: only where two warpgroups can take turns at the loop's dots.
     int body_dots = 0;

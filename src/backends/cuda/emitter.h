@@ -123,6 +123,7 @@ class Emitter {
   std::string round_fn(DType t) const;       // "pl_round_bf16" or ""
   [[noreturn]] void unsupported(const ir::Inst& in, const std::string& why) const;
   int uses(ir::ValueId v) const;
+  const std::vector<const ir::Inst*>& users(ir::ValueId v) const;  // the instructions reading v
 
   // ---- per-family emitters ----
   void emit_region(const ir::Region& r);
@@ -404,6 +405,7 @@ class Emitter {
   std::ostringstream body_;
   int indent_ = 1;
   std::vector<int> use_count_;
+  std::vector<std::vector<const ir::Inst*>> users_;
   std::vector<const ir::Inst*> def_;
   std::vector<int> depth_;                // loop depth at which each value is defined
   std::vector<int> order_;                // pre-order position of each value's definition

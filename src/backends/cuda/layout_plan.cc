@@ -31,6 +31,7 @@ void walk(const ir::Region& r, int depth, const std::function<void(const ir::Ins
 const ir::Inst* Emitter::def(ir::ValueId v) const { return def_.at(static_cast<size_t>(v)); }
 int Emitter::loop_depth_of(ir::ValueId v) const { return depth_.at(static_cast<size_t>(v)); }
 int Emitter::uses(ir::ValueId v) const { return use_count_.at(static_cast<size_t>(v)); }
+const std::vector<const ir::Inst*>& Emitter::users(ir::ValueId v) const { return users_.at(static_cast<size_t>(v)); }
 
 const Layout& Emitter::layout_for_shape(const Shape& s) const {
   auto it = layout_by_shape_.find(s);
@@ -250,6 +251,7 @@ void Emitter::choose_stages(std::vector<std::pair<ir::ValueId, bool>>& homes) {
 void Emitter::plan() {
   const size_t nv = k_.types.size();
   use_count_.assign(nv, 0);
+  users_.assign(nv, {});
   def_.assign(nv, nullptr);
   depth_.assign(nv, 0);
   std::set<Shape> shapes;
@@ -259,7 +261,10 @@ void Emitter::plan() {
   int position = 0;
   walk(k_.body, 0, [&](const ir::Inst& in, int depth) {
     ++position;
-    for (ir::ValueId v : in.operands) ++use_count_[static_cast<size_t>(v)];
+    for (ir::ValueId v : in.operands) {
+      ++use_count_[static_cast<size_t>(v)];
+      users_[static_cast<size_t>(v)].push_back(&in);
+    }
     for (ir::ValueId v : in.results) {
       def_[static_cast<size_t>(v)] = &in;
       depth_[static_cast<size_t>(v)] = depth;
@@ -380,19 +385,16 @@ void Emitter::plan() {
   }
 
   // Transposes that only feed tensor-core dots fold into the dot's operand orientation.
-  std::map<ir::ValueId, std::vector<const ir::Inst*>> users;
-  walk(k_.body, 0, [&](const ir::Inst& in, int) {
-    for (ir::ValueId v : in.operands) users[v].push_back(&in);
-  });
   auto fast_dot = [&](const ir::Inst* d) {
     return d->op == ir::Op::Dot && mma_capable(k_, *d, params_) &&
            layout_of(d->results[0]).kind == LayoutKind::Mma;
   };
-  for (const auto& [v, us] : users) {
+  for (size_t i = 0; i < nv; ++i) {
+    const ir::ValueId v = static_cast<ir::ValueId>(i);
     const ir::Inst* d = def(v);
-    if (!d || d->op != ir::Op::Transpose || type(v).shape.size() != 2) continue;
+    if (!d || d->op != ir::Op::Transpose || type(v).shape.size() != 2 || users(v).empty()) continue;
     bool only_dots = true;
-    for (const ir::Inst* u : us) only_dots = only_dots && fast_dot(u);
+    for (const ir::Inst* u : users(v)) only_dots = only_dots && fast_dot(u);
     if (only_dots) folded_transpose[v] = d->operands[0];
   }
 
@@ -403,7 +405,7 @@ void Emitter::plan() {
     if (fast_dot(d))
       for (int o = 0; o < 2; ++o) dot_uses[unfolded(d->operands[static_cast<size_t>(o)])].push_back(d);
   auto all_uses_are_dots = [&](ir::ValueId v) {
-    for (const ir::Inst* u : users[v]) {
+    for (const ir::Inst* u : users(v)) {
       if (u->op == ir::Op::Transpose && folded_transpose.count(u->results[0])) continue;
       if (!fast_dot(u)) return false;
     }
@@ -438,8 +440,8 @@ void Emitter::plan() {
   for (const ir::Inst* d : dots) {
     if (!fast_dot(d)) continue;
     const ir::ValueId r = d->results[0];
-    if (uses(r) != 1 || users[r].size() != 1) continue;
-    const ir::Inst* u = users[r][0];
+    if (uses(r) != 1) continue;
+    const ir::Inst* u = users(r)[0];
     if (u->op != ir::Op::Add || type(u->results[0]).dtype != DType::float32) continue;
     const ir::ValueId other = u->operands[0] == r ? u->operands[1] : u->operands[0];
     if (other == r || def(other) == nullptr) continue;

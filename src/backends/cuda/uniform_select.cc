@@ -7,12 +7,13 @@
 // false, the on-false value; otherwise the elementwise select. The predicate's own instructions
 // are deferred into that last branch (recomputed there from its scalars), so blocks that the
 // predicate decides whole do none of the mask's work. PALLADIUM_CUDA_UNIFORM_SELECT=0 keeps the
-// plain select, =branch the branch with the mask computed where it was.
+// plain select.
 //
 // H100, stop 35 jobs 3-4, same binary, ms, two rounds each, on / off: forward causal d64 blocks
 // 128 x 128 s2048 0.562/0.561 -> 0.581/0.581 off, s8192 1.820/1.775 -> 1.958/1.918; d128 128 x 128
 // s8192 1.230/1.222 -> 1.263/1.273; d64 128 x 64 (unpipelined, where the mask was computed while
-// the dot ran) 0.522-0.531 against 0.517-0.523 off, the branch alone 0.523/0.526; forward+backward
+// the dot ran) 0.522-0.531 against 0.517-0.523 off (the branch without deferring the mask, a
+// switch since removed: 0.523/0.526); forward+backward
 // causal d64 s2048 2.013 -> 2.118 off, s8192 6.885 -> 7.268, d128 unchanged.
 // A lead, unmeasured: in the pipelined d64 128 x 128 causal loop ptxas spills 20 bytes with the
 // three-way branch and none with the all-false branch left out (the mixed branch covers it).
@@ -138,18 +139,11 @@ std::optional<Emitter::UniformTest> Emitter::uniform_test(ir::ValueId pred) cons
 void Emitter::find_uniform_selects() {
   const char* env = std::getenv("PALLADIUM_CUDA_UNIFORM_SELECT");
   if (env && std::string(env) == "0") return;
-  std::map<ir::ValueId, std::vector<const ir::Inst*>> users;
-  std::vector<const ir::Inst*> selects;
-  std::function<void(const ir::Region&)> walk_region = [&](const ir::Region& r) {
-    for (const ir::Inst& in : r.body) {
-      for (ir::ValueId o : in.operands) users[o].push_back(&in);
-      if (in.op == ir::Op::Select) selects.push_back(&in);
-      for (const ir::Region& sub : in.regions) walk_region(sub);
-    }
-  };
-  walk_region(k_.body);
-  for (const ir::Inst* s : selects) {
-    const ir::ValueId r = s->results[0], pred = s->operands[0];
+  for (size_t i = 0; i < k_.types.size(); ++i) {
+    const ir::ValueId r = static_cast<ir::ValueId>(i);
+    const ir::Inst* s = def(r);
+    if (!s || s->op != ir::Op::Select || s->results[0] != r) continue;
+    const ir::ValueId pred = s->operands[0];
     const Layout& l = layout_of(r);
     if (!l.registers() || alias_of.count(r) || !uniform_test(pred)) continue;
     std::vector<std::string> coords;
@@ -167,7 +161,6 @@ void Emitter::find_uniform_selects() {
     if (!chain.insert(v).second) return;
     for (ir::ValueId o : def(v)->operands) collect(o);
   };
-  if (env && std::string(env) == "branch") return;  // (measuring) the branch, the mask computed as before
   for (const ir::Inst* s : uniform_selects_) collect(s->operands[0]);
   auto needed_by = [&](const ir::Inst* u, ir::ValueId v) {
     if (uniform_selects_.count(u)) return u->operands[1] == v || u->operands[2] == v;
@@ -178,7 +171,7 @@ void Emitter::find_uniform_selects() {
     for (auto it = chain.begin(); it != chain.end();) {
       const ir::ValueId v = *it;
       bool keep = layout_of(v).registers() && !smem_home.count(v) && !skip_registers.count(v);
-      for (const ir::Inst* u : users[v]) keep = keep && !needed_by(u, v);
+      for (const ir::Inst* u : users(v)) keep = keep && !needed_by(u, v);
       if (keep) {
         ++it;
         continue;
