@@ -3,11 +3,10 @@
 // diagonal and is mixed only in the diagonal blocks, which are all that a hand-written
 // FlashAttention kernel masks. Here any select whose predicate compares index spans (scalars and
 // iotas, through broadcasts, reshapes, transposes, adds, subtractions, constant multiples and
-// divisions) gets a warp-uniform branch on the predicate's range: all true, the on-true value; all
-// false, the on-false value; otherwise the elementwise select. The predicate's own instructions
-// are deferred into that last branch (recomputed there from its scalars), so blocks that the
-// predicate decides whole do none of the mask's work. PALLADIUM_CUDA_UNIFORM_SELECT=0 keeps the
-// plain select.
+// divisions) gets a warp-uniform branch on the predicate's range: all true, the on-true value;
+// otherwise the elementwise select. The predicate's own instructions are deferred into that
+// branch (recomputed there from its scalars), so blocks that the predicate holds in whole do none
+// of the mask's work. PALLADIUM_CUDA_UNIFORM_SELECT=0 keeps the plain select.
 //
 // H100, stop 35 jobs 3-4, same binary, ms, two rounds each, on / off: forward causal d64 blocks
 // 128 x 128 s2048 0.562/0.561 -> 0.581/0.581 off, s8192 1.820/1.775 -> 1.958/1.918; d128 128 x 128
@@ -15,8 +14,12 @@
 // the dot ran) 0.522-0.531 against 0.517-0.523 off (the branch without deferring the mask, a
 // switch since removed: 0.523/0.526); forward+backward
 // causal d64 s2048 2.013 -> 2.118 off, s8192 6.885 -> 7.268, d128 unchanged.
-// A lead, unmeasured: in the pipelined d64 128 x 128 causal loop ptxas spills 20 bytes with the
-// three-way branch and none with the all-false branch left out (the mixed branch covers it).
+// No branch of its own for all false (the elementwise select covers it; the attention loops never
+// visit such a block): with it ptxas spilled 20 bytes in the pipelined d64 128 x 128 causal loop
+// and the forward took 1-4 % longer on every causal row (stop 36 job 1, two rounds each, ms, with
+// / without: d64 128 x 128 s2048 0.557/0.558 -> 0.526/0.531, s8192 1.840/1.788 -> 1.770/1.728;
+// 128 x 64 s2048 0.530/0.520 -> 0.509/0.508; d128 128 x 128 s8192 1.235/1.204 -> 1.208/1.185,
+// 128 x 64 1.508/1.464 -> 1.450/1.433; the non-causal rows within noise).
 #include <algorithm>
 #include <utility>
 #include <cstdlib>
@@ -201,12 +204,7 @@ void Emitter::emit_uniform_select(const ir::Inst& in) {
     int budget = kRecomputeBudget;
     p = recompute(pred, coords, budget);
   }
-  line("// select " + name(r) + ": all true, all false, or mixed over the block");
-  auto assign = [&](const std::string& value) {
-    open_slots(l);
-    line(at(r) + " = " + value + ";");
-    close();
-  };
+  line("// select " + name(r) + ": all true or mixed over the block");
   // In the on-true value's registers where the select is its only reader (the attention scores):
   // no copy, and no more registers live than without the mask.
   const ir::Inst* xd = def(x);
@@ -216,23 +214,20 @@ void Emitter::emit_uniform_select(const ir::Inst& in) {
   if (in_place) {
     name_override_[r] = name(x);
     open("if (!" + test.all_true + ")");
-    open("if (" + test.all_false + ")");
-    assign(at(y));
-    close("} else {");
-    ++indent_;
     open_slots(l);
     line("if (!(" + p + ")) " + at(r) + " = " + at(y) + ";");
-    close();
     close();
     close();
     return;
   }
   declare(r);
+  auto assign = [&](const std::string& value) {
+    open_slots(l);
+    line(at(r) + " = " + value + ";");
+    close();
+  };
   open("if (" + test.all_true + ")");
   assign(at(x));
-  close("} else if (" + test.all_false + ") {");
-  ++indent_;
-  assign(at(y));
   close("} else {");
   ++indent_;
   assign("(" + p + ") ? " + at(x) + " : " + at(y));
