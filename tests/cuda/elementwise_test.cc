@@ -141,6 +141,24 @@ TEST(CudaElementwise, FastMathTranscendentals) {
   CallOptions options{.name = "fast_exp_masked"};
   options.compiler_params.fast_math = true;
   check_kernel(diff, {ShapeDtype({256}, f32)}, options, {pl::from_vector(x), pl::from_vector(m)}, 2e-6);
+
+  // exp and exp2 flush results below 2^-126 to zero (ex2.approx.ftz: no subnormal guard around
+  // each MUFU.EX2); results just above stay. The interpreter keeps the subnormals.
+  const std::vector<float> small{-100.0f, -87.0f, -80.0f, -1.0f, 0.0f, 5.0f, -140.0f, -120.0f};
+  auto exps = [](pl::Ref a, pl::Ref o_exp, pl::Ref o_exp2) {
+    o_exp[pl::all] = jnp::exp(a[pl::all]);
+    o_exp2[pl::all] = jnp::exp2(a[pl::all]);
+  };
+  CallOptions small_options{.name = "fast_exp_small"};
+  small_options.compiler_params.fast_math = true;
+  const std::vector<Array> got = check_kernel(exps, {ShapeDtype({8}, f32), ShapeDtype({8}, f32)}, small_options,
+                                              {pl::from_vector(small)}, 2e-6);
+  if (!results_are_real()) return;
+  const Array e = to_host(got[0]), e2 = to_host(got[1]);
+  EXPECT_EQ(e.get(0), 0.0);                                   // e^-100: subnormal, flushed
+  EXPECT_NEAR(e.get(1), std::exp(-87.0), 1e-5 * std::exp(-87.0));  // above 2^-126
+  EXPECT_EQ(e2.get(6), 0.0);                                  // 2^-140
+  EXPECT_NEAR(e2.get(7), std::exp2(-120.0), 1e-5 * std::exp2(-120.0));
 }
 
 TEST(CudaElementwise, IntegerUnaryAndWrapping) {
