@@ -286,6 +286,18 @@ TEST(CudaWgmma, AttentionBackwardRunsEveryDotOnWgmmaInSharedTilesOfOneLoop) {
   EXPECT_LT(body.find("pl_ref5["), body.find("pl_wgmma_wait<0>();"));
   EXPECT_GT(body.find("pl_ref5["), commit);
   EXPECT_EQ(test_support::count_of(body, "__syncthreads();"), 3u);
+  // P and dS (bfloat16 casts) are packed into their tiles straight from the float32 values: no
+  // rounded copy is read by the stores (pack_source).
+  size_t stores = 0;
+  for (size_t at_store = body.find("*(unsigned*)&"); at_store != std::string::npos;
+       at_store = body.find("*(unsigned*)&", at_store + 1), ++stores) {
+    const size_t pack = body.find("pl_pack_bf16(", at_store);
+    ASSERT_NE(pack, std::string::npos);
+    const size_t open = pack + std::string("pl_pack_bf16(").size();
+    const std::string packed = body.substr(open, body.find('[', open) - open);
+    EXPECT_EQ(body.find(packed + "[s] = pl_round_bf16("), std::string::npos) << packed << " is a rounded copy";
+  }
+  EXPECT_EQ(stores, 2u);
 }
 
 // MhaBackwardDq::Atomic: five dots per block pair, all on wgmma. The two pairs of independent

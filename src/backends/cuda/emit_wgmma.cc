@@ -147,12 +147,7 @@ void Emitter::emit_wgmma_issue(const ir::Inst& in, ir::ValueId a, ir::ValueId b,
     // packed for every step before the fence (no register writes between the MMAs).
     // A cast from float32 registers in the same layout packs straight from its source: the
     // pack rounds to nearest even exactly as the cast does, and the cast becomes dead code.
-    ir::ValueId src = a;
-    if (const ir::Inst* c = def(a); c && c->op == ir::Op::Cast && type(c->operands[0]).dtype == DType::float32 &&
-                                    layout_of(c->operands[0]).id == layout_of(a).id &&
-                                    layout_of(a).registers() && !skip_registers.count(c->operands[0]))
-      src = c->operands[0];
-    const std::string x = name(src), pack = t == DType::bfloat16 ? "pl_pack_bf16" : "pl_pack_f16";
+    const std::string x = name(pack_source(a)), pack = t == DType::bfloat16 ? "pl_pack_bf16" : "pl_pack_f16";
     line("unsigned pl_a[" + std::to_string(k / 16) + "][4];");
     line("#pragma unroll");
     open("for (int kk = 0; kk < " + std::to_string(k / 16) + "; ++kk)");

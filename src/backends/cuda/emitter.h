@@ -379,6 +379,7 @@ class Emitter {
   // Transposes folded into a dot operand: transpose result -> its operand.
   std::map<ir::ValueId, ir::ValueId> folded_transpose;
   ir::ValueId unfolded(ir::ValueId v) const;  // v, or the operand of the transpose folded into it
+  ir::ValueId pack_source(ir::ValueId v) const;  // what packing v into 16-bit pairs reads (emit_dot.cc)
   // A dot's operands as it reads them (through folded transposes) and their orientation flags.
   struct DotOperands {
     ir::ValueId a, b;
