@@ -66,6 +66,9 @@ PL_DEVICE float pl_round_f16(double x) { return pl_f16_to_f(pl_d_to_f16(x)); }
 PL_DEVICE int pl_tid() { return (int)threadIdx.x; }
 PL_DEVICE int pl_lane() { return (int)threadIdx.x & 31; }
 PL_DEVICE int pl_warp() { return (int)threadIdx.x >> 5; }
+// The warp's warpgroup, broadcast from lane 0 so that ptxas knows it is the same in every lane:
+// wgmma descriptors built from it then stay in uniform registers (no R2UR moves per wgmma).
+PL_DEVICE int pl_warpgroup() { return __shfl_sync(0xffffffffu, (int)threadIdx.x >> 7, 0); }
 
 // The same bytes as another type of the same size (bitcast_convert_type).
 template <class To, class From> PL_DEVICE To pl_bitcast(From x) {

@@ -24,15 +24,26 @@ PL_DEVICE unsigned long long pl_wgmma_desc(const void* smem, unsigned lbo, unsig
   return ((a & 0x3FFFFull) >> 4) | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16) |
          ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
+// The descriptor of the bytes `offset` past a descriptor's start: one 32-bit add to its address
+// field (shared addresses stay below 2^18, so the field cannot carry), which the k16 steps of one
+// tile share, instead of encoding each step's address again (about ten uniform-datapath
+// instructions a wgmma in the attention loops). With pl_warpgroup (pl_types.h): H100, stop 36
+// job 5 (`h100_stop36_job5_*`, same binary, through a switch since removed), forward d128 s8192
+// blocks 128 x 128 2.006 -> 1.875-1.883 ms, s2048 0.565 -> 0.539-0.541, d64 causal s8192
+// 1.641 -> 1.563-1.581; forward+backward d128 s8192 8.87 -> 8.49, s2048 2.36 -> 2.29.
+PL_DEVICE unsigned long long pl_wgmma_desc_step(unsigned long long desc, int offset) {
+  const unsigned lo = (unsigned)desc + ((unsigned)offset >> 4);
+  return ((desc >> 32) << 32) | lo;
+}
 // K-major operand (C = K) at k16 step kk: 8-row groups 1024 bytes apart; the step moves 32 bytes
 // along the 128-byte row, and to the next column block every four steps.
 PL_DEVICE unsigned long long pl_wgmma_desc_k(const void* tile, int rows, int kk) {
-  return pl_wgmma_desc((const char*)tile + (kk >> 2) * rows * 128 + (kk & 3) * 32, 16, 1024);
+  return pl_wgmma_desc_step(pl_wgmma_desc(tile, 16, 1024), (kk >> 2) * rows * 128 + (kk & 3) * 32);
 }
 // MN-major operand (C = M or N, the rows are K) at k16 step kk: 64-element MN blocks rows * 128
 // bytes apart (leading offset), 8-K groups 1024 bytes apart (stride offset); the step is 16 rows.
 PL_DEVICE unsigned long long pl_wgmma_desc_mn(const void* tile, int rows, int kk) {
-  return pl_wgmma_desc((const char*)tile + kk * 2048, rows * 128, 1024);
+  return pl_wgmma_desc_step(pl_wgmma_desc(tile, rows * 128, 1024), kk * 2048);
 }
 
 // wgmma.fence / commit_group / wait_group: order register use around the asynchronous MMAs.

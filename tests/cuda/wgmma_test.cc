@@ -255,6 +255,10 @@ TEST(CudaWgmma, PipelinedAttentionLoopGetsAProducerWarpgroup) {
     EXPECT_EQ(test_support::count_of(body, "pl_mbar_arrive(&pl_empty0["), 1u);
     EXPECT_EQ(test_support::count_of(body, "pl_mbar_arrive(&pl_empty1["), 1u);
     EXPECT_EQ(test_support::count_of(body, "__syncthreads();"), 0u);
+    // Two consumer warpgroups: the index is broadcast from lane 0 (uniform registers for the
+    // descriptors), never the per-lane pl_warp() >> 2.
+    EXPECT_EQ(source.find("const int pl_wg = pl_warp() >> 2"), std::string::npos);
+    EXPECT_NE(source.find("const int pl_wg = pl_warpgroup();"), std::string::npos);
     expect_wgmma_unserialised(source);
   }
 }
@@ -298,6 +302,9 @@ TEST(CudaWgmma, AttentionBackwardRunsEveryDotOnWgmmaInSharedTilesOfOneLoop) {
     EXPECT_EQ(body.find(packed + "[s] = pl_round_bf16("), std::string::npos) << packed << " is a rounded copy";
   }
   EXPECT_EQ(stores, 2u);
+  // One warpgroup: its index is a constant (descriptors stay uniform).
+  EXPECT_EQ(source.find("pl_warpgroup()"), std::string::npos);
+  EXPECT_NE(source.find("const int pl_wg = 0;"), std::string::npos);
 }
 
 // MhaBackwardDq::Atomic: five dots per block pair, all on wgmma. The two pairs of independent

@@ -140,7 +140,8 @@ void Emitter::emit_wgmma_issue(const ir::Inst& in, ir::ValueId a, ir::ValueId b,
                                : "pl_wgmma_desc_mn(" + home_expr(b) + ", " + std::to_string(b_rows) + ", kk)";
   max_fragment_regs_ = std::max<int64_t>(max_fragment_regs_, a_regs ? k / 4 : 1);
   open("");
-  line("const int pl_wg = pl_warp() >> 2;  // this warp's warpgroup: rows 64 * pl_wg ..");
+  // This warp's warpgroup (rows 64 * pl_wg ..): a constant where one warpgroup computes.
+  line(std::string("const int pl_wg = ") + (threads_ <= 128 ? "0" : "pl_warpgroup()") + ";");
   line("(void)pl_wg;");
   if (a_regs) {
     // A from registers: the warp's 16 rows of k16 step kk are accumulator tiles 2kk and 2kk + 1,
