@@ -32,8 +32,10 @@ PL_DEVICE unsigned long long pl_wgmma_desc(const void* smem, unsigned lbo, unsig
 // blocks 128 x 128 2.006 -> 1.875-1.883 ms, s2048 0.565 -> 0.539-0.541, d64 causal s8192
 // 1.641 -> 1.563-1.581; forward+backward d128 s8192 8.87 -> 8.49, s2048 2.36 -> 2.29.
 PL_DEVICE unsigned long long pl_wgmma_desc_step(unsigned long long desc, int offset) {
-  const unsigned lo = (unsigned)desc + ((unsigned)offset >> 4);
-  return ((desc >> 32) << 32) | lo;
+  const unsigned lo = (unsigned)desc + ((unsigned)offset >> 4), hi = (unsigned)(desc >> 32);
+  unsigned long long r;  // the halves joined as a register pair (written in C, ptxas added a carry and an or)
+  asm("mov.b64 %0, {%1, %2};" : "=l"(r) : "r"(lo), "r"(hi));
+  return r;
 }
 // K-major operand (C = K) at k16 step kk: 8-row groups 1024 bytes apart; the step moves 32 bytes
 // along the 128-byte row, and to the next column block every four steps.
