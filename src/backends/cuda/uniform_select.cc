@@ -19,8 +19,9 @@
 // and the forward took 1-4 % longer on every causal row (stop 36 job 1, two rounds each, ms, with
 // / without; the "without" runs also carried a tree for the row reductions, which the same job
 // measured alone within noise: d64 128 x 128 s2048 0.557/0.558 -> 0.526/0.531, s8192
-// 1.840/1.788 -> 1.770/1.728; 128 x 64 s2048 0.530/0.520 -> 0.509/0.508; d128 128 x 128 s8192 1.235/1.204 -> 1.208/1.185,
-// 128 x 64 1.508/1.464 -> 1.450/1.433; the non-causal rows within noise).
+// 1.840/1.788 -> 1.770/1.728; 128 x 64 s2048 0.530/0.520 -> 0.509/0.508; d128 128 x 128 s8192
+// 1.235/1.204 -> 1.208/1.185, 128 x 64 1.508/1.464 -> 1.450/1.433; the non-causal rows within
+// noise).
 #include <algorithm>
 #include <utility>
 #include <cstdlib>
