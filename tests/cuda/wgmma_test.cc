@@ -203,7 +203,8 @@ TEST(CudaWgmma, PipelinedAttentionLoop) {
 // warp caused), no C7508 (setmaxnreg ignored) and no spills. K's and V's tiles complete and go back
 // on barriers of their own (K's of the next iteration at the end of an iteration, V's of the
 // previous one), which lets block_k 128 run pipelined on the two stages that fit, where every
-// program runs the loop alike (not causal). The producer loads the q block too (its home, given
+// program runs the loop alike (not causal); the causal loop there is served unpipelined, its two
+// warpgroups taking turns at the dots. The producer loads the q block too (its home, given
 // back after the loop) and the kernel is persistent: capped at 3 blocks, each runs two or three of
 // the 8 programs, the home's barriers and the rings' slots carried from one to the next (and once
 // with PALLADIUM_CUDA_PERSISTENT=0, a block per program). With PALLADIUM_CUDA_REG_SHARE=0 the loop
@@ -234,6 +235,15 @@ TEST(CudaWgmma, PipelinedAttentionLoopGetsAProducerWarpgroup) {
     ASSERT_FALSE(source.empty()) << "no generated source";
     const bool served = v.rebalance && v.pipelined;
     EXPECT_EQ(source.find("pl_wgmma_wait<1>") != std::string::npos, v.pipelined) << "software-pipelined";
+    const bool turns_unpipelined = v.rebalance && v.causal && v.block_k == 128;
+    if (turns_unpipelined) {  // served, unpipelined: each warpgroup waits for its turn at q k^T
+      const std::string body = first_loop(source);
+      EXPECT_NE(body.find("pl_turn_wait(pl_wg);"), std::string::npos) << "no turns in the loop";
+      EXPECT_EQ(source.find("for (long long pl_block = pl_first_block;") != std::string::npos, v.persistent);
+      EXPECT_NE(source.find("pl_regs_increase<240>();"), std::string::npos);
+      expect_wgmma_unserialised(source);
+      continue;
+    }
     EXPECT_EQ(source.find("__launch_bounds__(384, 1)") != std::string::npos, served);
     EXPECT_EQ(source.find("pl_regs_decrease<24>();") != std::string::npos, served);
     EXPECT_EQ(source.find("pl_regs_increase<240>();") != std::string::npos, served);

@@ -63,8 +63,9 @@ bool producer_computable(ir::Op op) {
   return (ir::op_family(op) == ir::Family::Leaf && op != ir::Op::Iota) || is_index_arith(op);
 }
 
-// PALLADIUM_CUDA_PINGPONG: by default the software-pipelined loops take turns; "1" takes them in
-// the unpipelined loop instead (and drops the pipelining), "0" in neither.
+// PALLADIUM_CUDA_PINGPONG: by default the software-pipelined loops take turns, and so do the
+// two-stage loops left unpipelined because their bounds differ between programs; "1" takes turns
+// in every loop unpipelined instead (and drops the two-stage pipelining), "0" in none.
 std::string pingpong_mode() {
   const char* env = std::getenv("PALLADIUM_CUDA_PINGPONG");
   return env ? env : "";
@@ -122,17 +123,26 @@ void Emitter::assign_producer() {
     // job 1, pipelined and persistent: s2048 0.418 -> 0.462 ms). Stop 35 job 5, with ping-pong and
     // the causal mask decided per block, through a switch since removed: within noise (s2048
     // 0.384/0.390 against 0.390/0.392 ms, s8192 1.216/1.219 against 1.214/1.211).
+    // Such a loop is served unpipelined instead, its warpgroups taking turns at the dots: against
+    // no producer at all (the consumers issuing their own copies), the causal forward d128 blocks
+    // 128 x 128 ran s2048 0.365/0.368 -> 0.344/0.346 ms and s8192 1.145/1.150 -> 1.026/1.038 (H100,
+    // stop 37 job 1, through PALLADIUM_CUDA_PINGPONG=1 in the same binary).
+    bool turns_unpipelined = pingpong_enabled();
     if (pipe && pipe->first_dot && stages_ < 3) {
       const DotOperands first = dot_operands(*pipe->first_dot);
       bool others = false;
       for (const ir::Inst* load : prefetched_loads(*loop))
         others = others || (load->results[0] != first.a && load->results[0] != first.b);
-      if (!others || !runs_alike(*loop)) continue;
+      if (!others) continue;
+      if (!runs_alike(*loop)) {
+        if (pingpong_mode() == "0" || !pingpong_possible(*loop)) continue;
+        drop_pipeline(*loop);
+        pipe = nullptr;
+        turns_unpipelined = true;
+      }
     }
     // Unpipelined: only where two warpgroups can take turns at the loop's dots.
-    int body_dots = 0;
-    for (const ir::Inst& in : loop->regions[0].body) body_dots += wgmma_dots_.count(&in) ? 1 : 0;
-    const bool pingpong = !pipe && pingpong_enabled() && threads_ == 256 && body_dots >= 2;
+    const bool pingpong = !pipe && turns_unpipelined && pingpong_possible(*loop);
     if (!pipe && !pingpong) continue;
     // Every value a round reads from outside it: the bounds, the slices' and loads' free
     // operands, the refs' block origins.
@@ -273,16 +283,27 @@ void Emitter::emit_home_release(const ir::Inst& in) {
 // stages - 2 is needed.
 void Emitter::drop_short_pipelines() {
   if (stages_ >= 3) return;
-  for (auto it = pipelined_.begin(); it != pipelined_.end();) {
-    if (!it->second.first_dot || producer_serves(*it->first)) {
-      ++it;
-      continue;
-    }
-    pipelined_by_dot_.erase(it->second.first_dot);
-    pipelined_by_dot_.erase(it->second.last_dot);
-    in_place_.erase(it->second.carry_reader->results[0]);
-    it = pipelined_.erase(it);
-  }
+  std::vector<const ir::Inst*> dropped;
+  for (const auto& [loop, pipe] : pipelined_)
+    if (pipe.first_dot && !producer_serves(*loop)) dropped.push_back(loop);
+  for (const ir::Inst* loop : dropped) drop_pipeline(*loop);
+}
+
+// The loop runs unpipelined: its dots issue in program order again.
+void Emitter::drop_pipeline(const ir::Inst& loop) {
+  auto it = pipelined_.find(&loop);
+  if (it == pipelined_.end()) return;
+  pipelined_by_dot_.erase(it->second.first_dot);
+  pipelined_by_dot_.erase(it->second.last_dot);
+  in_place_.erase(it->second.carry_reader->results[0]);
+  pipelined_.erase(it);
+}
+
+// Two consumer warpgroups can take turns at an unpipelined loop's dots (two or more of them).
+bool Emitter::pingpong_possible(const ir::Inst& loop) const {
+  int body_dots = 0;
+  for (const ir::Inst& in : loop.regions[0].body) body_dots += wgmma_dots_.count(&in) ? 1 : 0;
+  return threads_ == 256 && body_dots >= 2;
 }
 
 // A served pipelined attention loop: at the end of iteration i its q k^T of iteration i + 1 is

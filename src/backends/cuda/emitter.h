@@ -322,6 +322,8 @@ class Emitter {
   void emit_slot_release(const ir::Inst& loop, int group, const std::string& iteration);
   void split_served_rings();  // the served attention loops' rings, and the barrier sets
   void drop_short_pipelines();  // two-stage pipelined loops that no producer serves
+  void drop_pipeline(const ir::Inst& loop);
+  bool pingpong_possible(const ir::Inst& loop) const;
   // Ping-pong (emit_producer.cc): served loops whose two consumer warpgroups take turns at the
   // tensor cores (pipelined by default, unpipelined with PALLADIUM_CUDA_PINGPONG=1), and the wgmma
   // dots in their bodies that begin or end a turn.
