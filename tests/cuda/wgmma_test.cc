@@ -111,6 +111,14 @@ TEST(CudaWgmma, MatmulKLoop) {
     const std::string source = sources.source("wgmma_matmul");
     ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
     EXPECT_NE(source.find("*(unsigned*)(pl_ref2 + "), std::string::npos) << "output stored element by element";
+    // Each pair of the bf16 output is packed by one conversion straight from the float32
+    // accumulator, not from a rounded copy (whose second rounding was integer arithmetic).
+    const std::string pack = "pl_p[j] = pl_pack_bf16(";
+    const size_t at = source.find(pack);
+    ASSERT_NE(at, std::string::npos) << "output pairs not packed by one conversion";
+    const std::string packed = source.substr(at + pack.size(), source.find('[', at + pack.size()) - at - pack.size());
+    EXPECT_EQ(source.find(packed + "[s] = pl_round_bf16("), std::string::npos) << "pairs packed from a rounded copy";
+    EXPECT_NE(source.find("float " + packed + "["), std::string::npos) << packed << " is not the float32 accumulator";
     if (bn == 256) {  // one program per SM: the loop is pipelined, its TMA round issued after the dot
       const size_t loop = source.find("for (pl_i32 pl_i");
       ASSERT_NE(loop, std::string::npos);
