@@ -110,10 +110,12 @@ TEST(CudaWgmma, MatmulKLoop) {
     expect_cuda_matches(make, {normal(3, {m, k}, bf16), normal(4, {k, n}, bf16)}, 1e-2);
     const std::string source = sources.source("wgmma_matmul");
     ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
-    EXPECT_NE(source.find("*(unsigned*)(pl_ref2 + "), std::string::npos) << "output stored element by element";
-    // Each pair of the bf16 output is packed by one conversion straight from the float32
-    // accumulator, not from a rounded copy (whose second rounding was integer arithmetic).
-    const std::string pack = "pl_p[j] = pl_pack_bf16(";
+    // 16 bytes a thread (a quad's words transposed by shuffles), each pair of the bf16 output
+    // packed by one conversion straight from the float32 accumulator, not from a rounded copy
+    // (whose second rounding was integer arithmetic).
+    EXPECT_NE(source.find("*(uint4*)(pl_ref2 + "), std::string::npos) << "output not stored 16 bytes a thread";
+    EXPECT_EQ(test_support::count_of(source, "__shfl_xor_sync(0xffffffffu, "), 4u);
+    const std::string pack = "pl_w[i] = pl_pack_bf16(";
     const size_t at = source.find(pack);
     ASSERT_NE(at, std::string::npos) << "output pairs not packed by one conversion";
     const std::string packed = source.substr(at + pack.size(), source.find('[', at + pack.size()) - at - pack.size());

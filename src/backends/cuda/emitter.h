@@ -175,6 +175,8 @@ class Emitter {
   // array's innermost dimension, as 4- to 16-byte accesses (element by element at edges and
   // misaligned addresses); false where it does not apply.
   bool emit_vector_memory(const ir::Inst& in, const Layout& l, ir::ValueId value);
+  static bool quad_stores_enabled();
+  void emit_quad_store(const ir::Inst& in, const Layout& l, ir::ValueId stored);  // 16-bit mma tile, 16 bytes a thread
   // A quiet float32 atomic add of an mma accumulator on sm_90: red.global.add.v2.f32 by pairs.
   bool paired_reduction(const ir::Inst& in) const;
   // An atomic add, max, min or bitwise update whose old values nobody reads: such updates commute.
