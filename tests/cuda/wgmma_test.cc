@@ -296,6 +296,10 @@ TEST(CudaWgmma, AttentionBackwardRunsEveryDotOnWgmmaInSharedTilesOfOneLoop) {
   const size_t calls = test_support::count_of(source, "pl_wgmma_n") - test_support::count_of(source, "void pl_wgmma_n");
   EXPECT_EQ(calls, 7u);
   EXPECT_EQ(test_support::count_of(source, "pl_mma_bf16_16816(&"), 0u);
+  // One warpgroup: dq, dk and dv go out as packed pairs, not transposed in quads (whose registers
+  // made ptxas recompute the first loop's swizzled addresses each iteration).
+  EXPECT_EQ(test_support::count_of(source, "pl_p[j] = pl_pack_bf16("), 3u);
+  EXPECT_EQ(source.find("*(uint4*)(pl_ref"), std::string::npos);
   // The homes end where the exchange area begins.
   const size_t at = source.find("pl_stage_s = pl_smem + ");
   ASSERT_NE(at, std::string::npos);
