@@ -265,15 +265,15 @@ bool Emitter::emit_vector_memory(const ir::Inst& in, const Layout& l, ir::ValueI
 // shuffles), each holds one group's eight columns. A warp then writes 64 contiguous bytes of each
 // of its 8 rows per instruction, a quarter of the 4-byte stores: a matmul's epilogue had its warps
 // waiting on those stores' queue (long-scoreboard stalls on the address registers, 15% of the
-// 4096^3 bf16 matmul's warp samples; Nsight Compute, H100, stop 37 job 5). Not in a kernel of one
-// warpgroup (the attention backward: several programs to an SM, whose loops cover each other's
-// stores): there the transpose's registers made ptxas recompute the d128 backward's swizzled
-// tile addresses in its first loop, 529 -> 558 instructions an iteration (637 -> 682 causal),
-// and stop 36's build ran its forward+backward d128 s8192 8.57/8.51 ms against 9.06/8.90 (job 9,
-// two builds in one job). Same binary, job 6,
+// 4096^3 bf16 matmul's warp samples; Nsight Compute, H100, stop 37 job 5). Same binary, job 6,
 // two rounds: the matmul 4096^3 0.201/0.200 -> 0.179/0.178 ms (cuBLASLt 0.177), 8192^3
 // 1.468/1.477 -> 1.398/1.395 (3 stages); the attention forward 2-7% faster (d128 s2048 0.518 ->
-// 0.501, causal 0.337 -> 0.313); forward+backward within noise (job 7).
+// 0.501, causal 0.337 -> 0.313).
+// Only in kernels of two or more warpgroups. In the attention backward (one warpgroup, several
+// programs to an SM, whose loops cover each other's stores) the transpose's registers made ptxas
+// recompute the d128 first loop's swizzled tile addresses each iteration, 529 -> 558 instructions
+// (637 -> 682 causal), and stop 36's build ran its forward+backward d128 s8192 8.57/8.51 ms
+// against 9.06/8.90 (job 9, two builds in one job).
 // PALLADIUM_CUDA_QUAD_STORE=0 stores 4-byte pairs instead.
 bool Emitter::quad_stores_enabled() {
   const char* env = std::getenv("PALLADIUM_CUDA_QUAD_STORE");

@@ -293,9 +293,11 @@ void Emitter::drop_short_pipelines() {
 void Emitter::drop_pipeline(const ir::Inst& loop) {
   auto it = pipelined_.find(&loop);
   if (it == pipelined_.end()) return;
-  pipelined_by_dot_.erase(it->second.first_dot);
   pipelined_by_dot_.erase(it->second.last_dot);
-  in_place_.erase(it->second.carry_reader->results[0]);
+  if (it->second.first_dot) {  // the attention shape; a K loop has its one dot only
+    pipelined_by_dot_.erase(it->second.first_dot);
+    in_place_.erase(it->second.carry_reader->results[0]);
+  }
   pipelined_.erase(it);
 }
 
