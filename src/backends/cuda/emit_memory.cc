@@ -267,8 +267,8 @@ bool Emitter::emit_vector_memory(const ir::Inst& in, const Layout& l, ir::ValueI
 // waiting on those stores' queue (long-scoreboard stalls on the address registers, 15% of the
 // 4096^3 bf16 matmul's warp samples; Nsight Compute, H100, stop 37 job 5). Same binary, job 6,
 // two rounds: the matmul 4096^3 0.201/0.200 -> 0.179/0.178 ms (cuBLASLt 0.177), 8192^3
-// 1.468/1.477 -> 1.398/1.395 (3 stages); the attention forward 2-7% faster (d128 s2048 0.518 ->
-// 0.501, causal 0.337 -> 0.313).
+// 1.468/1.477 -> 1.398/1.395 (3 stages); the attention forward 1-7% faster, one round (d128
+// s2048 0.518 -> 0.501, causal 0.337 -> 0.313; s8192 1-2%).
 // Only in kernels of two or more warpgroups. In the attention backward (one warpgroup, several
 // programs to an SM, whose loops cover each other's stores) the transpose's registers made ptxas
 // recompute the d128 first loop's swizzled tile addresses each iteration, 529 -> 558 instructions
