@@ -39,7 +39,7 @@ void Emitter::emit_home_store(ir::ValueId v) {
     // Slots 2i and 2i + 1 hold adjacent columns of one row (an even one): one 4-byte store each.
     // (stmatrix, eight slots an instruction, measured no faster in the attention backward and
     // took 5-9 more registers: H100, stop 36 job 9, `h100_stop36_job9_bwd_*`.)
-    const std::string pack = type(v).dtype == DType::bfloat16 ? "pl_pack_bf16" : "pl_pack_f16";
+    const std::string pack = pack_function(type(v).dtype);
     line("#pragma unroll");
     open("for (int s = 0; s < " + std::to_string(l.slots) + "; s += 2)");
     const ir::ValueId src = pack_source(v);
@@ -225,7 +225,7 @@ void Emitter::emit_dot(const ir::Inst& in) {
     }
     if (a_in_registers) {
       const std::string x = name(a), tna = std::to_string(al.tiles_n);
-      const std::string pack = t == DType::bfloat16 ? "pl_pack_bf16" : "pl_pack_f16";
+      const std::string pack = pack_function(t);
       line("#pragma unroll");
       open("for (int tm = 0; tm < " + std::to_string(TM) + "; ++tm)");
       line("const int s0 = (tm * " + tna + " + 2 * " + kk + ") * 4, s1 = s0 + 4;");

@@ -83,6 +83,14 @@ static Address address_of(const Emitter& e, const ir::Inst& in, const std::funct
   return a;
 }
 
+// Whether the group of k elements from `a` (along the array's innermost dimension) lies inside the
+// array and starts `bytes`-aligned at `where`: then it is one wide access.
+static std::string whole_group(const ir::RefParam& p, const Address& a, const std::string& where, int k, int64_t bytes) {
+  return "(" + a.in_bounds + ") && pl_g" + std::to_string(p.array_shape.size() - 1) + " + " + std::to_string(k - 1) +
+         " < " + std::to_string(p.array_shape.back()) + " && (((unsigned long long)(" + where + ")) & " +
+         std::to_string(bytes - 1) + ") == 0";
+}
+
 void Emitter::emit_memory(const ir::Inst& in) {
   const int ref = static_cast<int>(in.i0);
   const ir::RefParam& p = k_.refs.at(static_cast<size_t>(ref));
@@ -204,10 +212,8 @@ bool Emitter::emit_vector_memory(const ir::Inst& in, const Layout& l, ir::ValueI
   if (const std::string v = valid(l); !v.empty()) line("if (!(" + v + ")) continue;");  // whole groups
   Address a = address_of(*this, in, [&](size_t j) { return coord(l, j); });
   for (const std::string& s : a.lines) line(s);
-  const std::string last = "pl_g" + std::to_string(p.array_shape.size() - 1);
   const std::string where = ptr + " + (" + a.offset + ")";
-  open("if ((" + a.in_bounds + ") && " + last + " + " + std::to_string(k - 1) + " < " + std::to_string(p.array_shape.back()) +
-       " && (((unsigned long long)(" + where + ")) & " + std::to_string(bytes - 1) + ") == 0)");
+  open("if (" + whole_group(p, a, where, k, bytes) + ")");
   if (in.op == ir::Op::Load) {
     const std::string load = p.is_output ? "*(const " + vt + "*)(" + where + ")" : "__ldg((const " + vt + "*)(" + where + "))";
     line("const " + vt + " pl_w = " + load + ";");
@@ -223,7 +229,7 @@ bool Emitter::emit_vector_memory(const ir::Inst& in, const Layout& l, ir::ValueI
     // H100, stop 37 job 4, same binary (through a switch since removed), two rounds: the bf16
     // matmul 4096^3 (128 x 256 tiles, 4 stages) 0.204/0.202 -> 0.200/0.199 ms, 31.3M -> 27.1M
     // instructions, tensor pipes 80.0% -> 81.6% busy; 8192^3 (3 stages) 1.452/1.467 -> 1.439/1.436.
-    const std::string pack = t == DType::bfloat16 ? "pl_pack_bf16" : "pl_pack_f16";
+    const std::string pack = pack_function(t);
     line(vt + " pl_w;");
     line("unsigned* pl_p = (unsigned*)&pl_w;");
     line("#pragma unroll");
@@ -268,7 +274,7 @@ bool Emitter::emit_vector_memory(const ir::Inst& in, const Layout& l, ir::ValueI
 // 4096^3 bf16 matmul's warp samples; Nsight Compute, H100, stop 37 job 5). Same binary, job 6,
 // two rounds: the matmul 4096^3 0.201/0.200 -> 0.179/0.178 ms (cuBLASLt 0.177), 8192^3
 // 1.468/1.477 -> 1.398/1.395 (3 stages); the attention forward 1-7% faster, one round (d128
-// s2048 0.518 -> 0.501, causal 0.337 -> 0.313; s8192 1-2%).
+// s2048 0.518 -> 0.501, causal 0.337 -> 0.313; s8192 0.7-2.3%).
 // Only in kernels of two or more warpgroups. In the attention backward (one warpgroup, several
 // programs to an SM, whose loops cover each other's stores) the transpose's registers made ptxas
 // recompute the d128 first loop's swizzled tile addresses each iteration, 529 -> 558 instructions
@@ -283,7 +289,7 @@ bool Emitter::quad_stores_enabled() {
 void Emitter::emit_quad_store(const ir::Inst& in, const Layout& l, ir::ValueId stored) {
   const ir::RefParam& p = k_.refs.at(static_cast<size_t>(in.i0));
   const std::string L = "pl_L" + std::to_string(l.id), ptr = "pl_ref" + std::to_string(in.i0);
-  const std::string pack = p.dtype == DType::bfloat16 ? "pl_pack_bf16" : "pl_pack_f16";
+  const std::string pack = pack_function(p.dtype);
   const std::string src = name(stored), quads = std::to_string(l.tiles_n / 4), tiles_n = std::to_string(l.tiles_n);
   line("#pragma unroll");
   // Each round: one row tile's half (pl_h) of four column tiles from pl_t0; word i from tile pl_t0 + i.
@@ -317,9 +323,8 @@ void Emitter::emit_quad_store(const ir::Inst& in, const Layout& l, ir::ValueId s
   };
   const Address a = at_column("");
   for (const std::string& s : a.lines) line(s);
-  const std::string last = "pl_g" + std::to_string(p.array_shape.size() - 1), where = ptr + " + (" + a.offset + ")";
-  open("if ((" + a.in_bounds + ") && " + last + " + 7 < " + std::to_string(p.array_shape.back()) +
-       " && (((unsigned long long)(" + where + ")) & 15) == 0)");
+  const std::string where = ptr + " + (" + a.offset + ")";
+  open("if (" + whole_group(p, a, where, 8, 16) + ")");
   line("*(uint4*)(" + where + ") = make_uint4(pl_w[0], pl_w[1], pl_w[2], pl_w[3]);");
   close("} else {");
   ++indent_;

@@ -148,7 +148,7 @@ void Emitter::emit_wgmma_issue(const ir::Inst& in, ir::ValueId a, ir::ValueId b,
     // packed for every step before the fence (no register writes between the MMAs).
     // A cast from float32 registers in the same layout packs straight from its source: the
     // pack rounds to nearest even exactly as the cast does, and the cast becomes dead code.
-    const std::string x = name(pack_source(a)), pack = t == DType::bfloat16 ? "pl_pack_bf16" : "pl_pack_f16";
+    const std::string x = name(pack_source(a)), pack = pack_function(t);
     line("unsigned pl_a[" + std::to_string(k / 16) + "][4];");
     line("#pragma unroll");
     open("for (int kk = 0; kk < " + std::to_string(k / 16) + "; ++kk)");

@@ -67,6 +67,8 @@ inline bool is_index_arith(ir::Op op) {
 
 // The dtypes of the tensor cores' 16-bit operands (and of shared-memory homes).
 inline bool is_16bit_float(DType t) { return t == DType::float16 || t == DType::bfloat16; }
+// The device function packing two floats into a 16-bit pair of `t` (one cvt.rn.*x2.f32).
+inline std::string pack_function(DType t) { return t == DType::bfloat16 ? "pl_pack_bf16" : "pl_pack_f16"; }
 
 // The array dimension, index stride and gather flag of each dimension of a load's value (its
 // index entries that are not scalars, squeezed array dimensions skipped).
@@ -327,8 +329,9 @@ class Emitter {
   void drop_pipeline(const ir::Inst& loop);
   bool pingpong_possible(const ir::Inst& loop) const;
   // Ping-pong (emit_producer.cc): served loops whose two consumer warpgroups take turns at the
-  // tensor cores (pipelined by default, unpipelined with PALLADIUM_CUDA_PINGPONG=1), and the wgmma
-  // dots in their bodies that begin or end a turn.
+  // tensor cores (the software-pipelined ones, and the two-stage loops left unpipelined because
+  // their bounds differ between programs; every two-stage loop unpipelined with
+  // PALLADIUM_CUDA_PINGPONG=1), and the wgmma dots in their bodies that begin or end a turn.
   // Unpipelined: the first dot (q k^T) ends a turn, the last (p v) begins one. Pipelined: a turn
   // is the issue of the next iteration's first dot and this one's last (EndsPipelined: the last).
   enum class Turn { EndsOne, BeginsOne, EndsPipelined };
