@@ -32,6 +32,23 @@ PL_DEVICE void pl_mbar_arrive(unsigned long long* bar) {
   asm volatile("mbarrier.arrive.shared.b64 %0, [%1];" : "=l"(state) : "r"(pl_smem_addr(bar)) : "memory");
   (void)state;
 }
+// Clusters (the matmul's pairs of blocks sharing an operand tile): this block's rank in its
+// cluster, an arrival on the barrier at the same place in block `cta`'s shared memory (releasing
+// this block's reads of the slot it guards), and a barrier of every thread of the cluster (not
+// .aligned: at the kernel's end the warps come from diverged producer and consumer branches).
+PL_DEVICE unsigned pl_cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+PL_DEVICE void pl_mbar_arrive_cluster(unsigned long long* bar, unsigned cta) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(pl_smem_addr(bar)), "r"(cta));
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+PL_DEVICE void pl_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
 // A barrier among the first `threads` threads only (named barrier 1): the consumer warps of a
 // warp-specialised kernel synchronise without waiting for the producer warp.
 template <int threads>
@@ -98,5 +115,40 @@ PL_DEVICE void pl_tma_load_5d(void* dst, const pl_tensor_map* map, int c0, int c
       "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], "
       "[%7];" ::"r"(pl_smem_addr(dst)),
       "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(pl_smem_addr(bar))
+      : "memory");
+}
+
+// The same boxes multicast: written at `dst` and completing on `bar` in every block of the cluster
+// whose rank is set in `ctas` (the offsets are this block's; each block's are the same).
+PL_DEVICE void pl_tma_load_multicast_2d(void* dst, const pl_tensor_map* map, int c0, int c1, unsigned long long* bar,
+                                        unsigned short ctas) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], "
+      "[%4], %5;" ::"r"(pl_smem_addr(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(pl_smem_addr(bar)), "h"(ctas)
+      : "memory");
+}
+PL_DEVICE void pl_tma_load_multicast_3d(void* dst, const pl_tensor_map* map, int c0, int c1, int c2, unsigned long long* bar,
+                                        unsigned short ctas) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, "
+      "%4}], [%5], %6;" ::"r"(pl_smem_addr(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(pl_smem_addr(bar)), "h"(ctas)
+      : "memory");
+}
+PL_DEVICE void pl_tma_load_multicast_4d(void* dst, const pl_tensor_map* map, int c0, int c1, int c2, int c3,
+                                        unsigned long long* bar, unsigned short ctas) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, "
+      "%4, %5}], [%6], %7;" ::"r"(pl_smem_addr(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(pl_smem_addr(bar)), "h"(ctas)
+      : "memory");
+}
+PL_DEVICE void pl_tma_load_multicast_5d(void* dst, const pl_tensor_map* map, int c0, int c1, int c2, int c3, int c4,
+                                        unsigned long long* bar, unsigned short ctas) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, "
+      "%4, %5, %6}], [%7], %8;" ::"r"(pl_smem_addr(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(pl_smem_addr(bar)), "h"(ctas)
       : "memory");
 }

@@ -37,6 +37,26 @@ Callable<Array> grid_k_matmul(int64_t m, int64_t n, int64_t k, const std::string
       ShapeDtype({m, n}, f32), o);
 }
 
+// The matmul as a K loop inside each program (the quickstart's form): 128 x 256 blocks of float32
+// output, x's row block and y's column block whole along K, 8 warps.
+Callable<Array> k_loop_matmul(int64_t m, int64_t n, int64_t k, const std::string& be, const std::string& name) {
+  constexpr int64_t bm = 128, bn = 256;
+  auto kernel = [k](Ref x_ref, Ref y_ref, Ref o_ref) {
+    Value acc = jnp::zeros({bm, bn}, f32);
+    acc = lax::fori_loop(0, k / kBlockK, [&](Value i, Value a) {
+      return a + dot(x_ref(slice(), ds(i * kBlockK, kBlockK)), y_ref(ds(i * kBlockK, kBlockK), slice()));
+    }, acc);
+    o_ref[all] = acc;
+  };
+  return pallas_call(kernel, ShapeDtype({m, n}, f32),
+                     {.grid = {cdiv(m, bm), cdiv(n, bn)},
+                      .in_specs = {BlockSpec({bm, k}, [](Index i, Index) { return idx(i, 0); }),
+                                   BlockSpec({k, bn}, [](Index, Index j) { return idx(0, j); })},
+                      .out_specs = {BlockSpec({bm, bn}, [](Index i, Index j) { return idx(i, j); })},
+                      .name = name, .debug = be == "cuda", .backend = be,
+                      .compiler_params = {.num_warps = 8}});
+}
+
 TEST(CudaTma, MatmulTilesArriveThroughTheTensorMemoryAccelerator) {
   PL_REQUIRE_NVRTC();
   test_support::ScopedEnv wgmma{"PALLADIUM_CUDA_WGMMA", "1"};
@@ -143,23 +163,8 @@ TEST(CudaTma, PipelinedMatmulGetsAPersistentProducerWarp) {
   test_support::ScopedEnv wgmma{"PALLADIUM_CUDA_WGMMA", "1"};
   test_support::ScopedEnv blocks{"PALLADIUM_CUDA_PERSISTENT_BLOCKS", "3"};
   GeneratedSources sources("tma-producer-test");
-  const int64_t m = 200, n = 1000, k = 9 * kBlockK, bm = 128, bn = 256;
-  auto make = [&](const std::string& be, const std::string& name) {
-    auto kernel = [&](Ref x_ref, Ref y_ref, Ref o_ref) {
-      Value acc = jnp::zeros({bm, bn}, f32);
-      acc = lax::fori_loop(0, k / kBlockK, [&](Value i, Value a) {
-        return a + dot(x_ref(slice(), ds(i * kBlockK, kBlockK)), y_ref(ds(i * kBlockK, kBlockK), slice()));
-      }, acc);
-      o_ref[all] = acc;
-    };
-    return pallas_call(kernel, ShapeDtype({m, n}, f32),
-                       {.grid = {cdiv(m, bm), cdiv(n, bn)},
-                        .in_specs = {BlockSpec({bm, k}, [](Index i, Index) { return idx(i, 0); }),
-                                     BlockSpec({k, bn}, [](Index, Index j) { return idx(0, j); })},
-                        .out_specs = {BlockSpec({bm, bn}, [](Index i, Index j) { return idx(i, j); })},
-                        .name = name, .debug = be == "cuda", .backend = be,
-                        .compiler_params = {.num_warps = 8}});
-  };
+  const int64_t m = 200, n = 1000, k = 9 * kBlockK;
+  auto make = [&](const std::string& be, const std::string& name) { return k_loop_matmul(m, n, k, be, name); };
   const Array x = normal(49, {m, k}, bf16), y = normal(50, {k, n}, bf16);
   const Array want = jnp::matmul(x.astype(f64), y.astype(f64));
   struct Variant {
@@ -191,6 +196,60 @@ TEST(CudaTma, PipelinedMatmulGetsAPersistentProducerWarp) {
     // The consumers' K loop waits on the full barrier only; without the producer it still meets
     // at a block-wide barrier every iteration.
     EXPECT_EQ(source.find("__syncthreads();", loop) == std::string::npos, v.specialise);
+  }
+}
+
+// Clusters (emit_cluster.cc, opt-in: PALLADIUM_CUDA_CLUSTER=1): programs 2m and 2m + 1 run as one
+// cluster of two blocks, and the tile both read (the one whose block index does not depend on the
+// axis the pair differs along) is multicast, half of its 64-column boxes from each block; each
+// slot goes back to both blocks' producers. In groups along M (the default walk) the pair shares its column block of y (four
+// boxes); in the row-major walk (PALLADIUM_CUDA_RASTER_GROUP=0) it shares its row block of x (one
+// box, sent by the two blocks in turn). Persistent at two blocks, one cluster walks all programs,
+// its rings in step across them. An odd number of row blocks, or the default (no clusters), keeps
+// single blocks. Each checked against float64.
+TEST(CudaTma, MatmulPairsShareATileThroughAClusterMulticast) {
+  PL_REQUIRE_NVRTC();
+  test_support::ScopedEnv wgmma{"PALLADIUM_CUDA_WGMMA", "1"};
+  test_support::ScopedEnv blocks{"PALLADIUM_CUDA_PERSISTENT_BLOCKS", "2"};
+  GeneratedSources sources("tma-cluster-test");
+  struct Variant {
+    const char* name;
+    int64_t m;
+    const char* raster_group;
+    const char* cluster;
+    int shared_ref;           // the multicast tile's ref (-1: none)
+    size_t multicast, plain;  // the copies (one per 64-column box) in the source, each way
+  };
+  const int64_t n = 512, k = 9 * kBlockK;
+  for (const Variant& v : {Variant{"cluster_matmul", 512, "8", "1", 1, 4, 1}, Variant{"row_major_cluster_matmul", 512, "0", "1", 0, 1, 4},
+                           Variant{"odd_rows_matmul", 384, "8", "1", -1, 0, 5},
+                           Variant{"default_matmul", 512, "8", "", -1, 0, 5}}) {
+    SCOPED_TRACE(v.name);
+    test_support::ScopedEnv group{"PALLADIUM_CUDA_RASTER_GROUP", v.raster_group};
+    test_support::ScopedEnv cluster{"PALLADIUM_CUDA_CLUSTER", v.cluster};
+    const int64_t m = v.m;
+    auto make = [&](const std::string& be) { return k_loop_matmul(m, n, k, be, v.name); };
+    const Array x = normal(51, {m, k}, bf16), y = normal(52, {k, n}, bf16);
+    const Array got = expect_cuda_matches(make, {x, y}, 1e-5)[0];
+    EXPECT_LT(rel_error(got, jnp::matmul(x.astype(f64), y.astype(f64))), 1e-5);
+    const std::string source = sources.source(v.name);
+    ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
+    const bool clustered = v.shared_ref >= 0;
+    EXPECT_EQ(source.find("__cluster_dims__(2, 1, 1)") != std::string::npos, clustered);
+    EXPECT_EQ(test_support::count_of(source, "pl_tma_load_multicast_2d("), v.multicast);
+    EXPECT_EQ(test_support::count_of(source, "pl_tma_load_2d("), v.plain);
+    for (int r : {0, 1}) {  // the shared tile's copies are the multicast ones; the other is this block's own
+      const size_t at = source.find("// a tile of pl_ref" + std::to_string(r) + " through");
+      ASSERT_NE(at, std::string::npos);
+      EXPECT_EQ(source.substr(at, source.find('\n', at) - at).find("half of its boxes from each block") != std::string::npos,
+                r == v.shared_ref);
+    }
+    // The slots go back to both blocks, whose consumers' arrivals both count.
+    EXPECT_EQ(source.find("pl_mbar_arrive_cluster(&pl_empty0[") != std::string::npos, clustered);
+    EXPECT_EQ(source.find("pl_mbar_init(&pl_empty0[s], 16);") != std::string::npos, clustered);
+    EXPECT_EQ(source.find("pl_mbar_init(&pl_empty0[s], 8);") != std::string::npos, !clustered);
+    EXPECT_EQ(test_support::count_of(source, "pl_cluster_sync();"), clustered ? 2u : 0u);
+    EXPECT_NE(source.find("pl_block += (long long)gridDim.x * gridDim.y"), std::string::npos);  // persistent
   }
 }
 

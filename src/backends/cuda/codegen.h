@@ -55,6 +55,9 @@ struct GeneratedKernel {
   // Each block walks programs pl_block, pl_block + blocks, ... (emit_producer.cc): launch no more
   // blocks than can be resident at once.
   bool persistent = false;
+  // Blocks per thread-block cluster (emit_cluster.cc), along the launch grid's x: the grid's x
+  // extent must be a multiple of it, and a persistent launch is sized by the resident clusters.
+  int cluster = 1;
 };
 
 // Throws Error naming the op for anything the backend cannot lower.

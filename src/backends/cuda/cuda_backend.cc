@@ -37,6 +37,7 @@ struct LoadedKernel {
   CUmodule module = nullptr;
   CUfunction function = nullptr;
   int max_blocks_per_sm = 1;
+  int max_clusters = 0;  // resident clusters of a clustered kernel (0: unknown)
 };
 
 constexpr size_t kCheckRecordBytes = 64;  // device/cuda/pl_checks.h: a flag and five fields
@@ -48,6 +49,7 @@ struct DeviceKernel {
   int threads = 128;
   int64_t shared_bytes = 0, scratch_bytes = 0, num_programs = 1;
   bool persistent = false;  // launch at most one wave of blocks; each loops over programs
+  int cluster = 1;          // blocks per cluster, along x
   std::vector<DebugPrintInfo> prints;
   std::vector<backend::AccessSite> access_sites;
   bool checked = false;
@@ -224,6 +226,13 @@ class CudaExecutable final : public backend::Executable {
       d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&lk->max_blocks_per_sm, lk->function, g.threads,
                                                     static_cast<size_t>(g.shared_bytes));
       if (lk->max_blocks_per_sm < 1) lk->max_blocks_per_sm = 1;
+      if (g.cluster > 1 && d.cuOccupancyMaxActiveClusters) {
+        LaunchConfig config;
+        config.grid_x = static_cast<unsigned>(g.cluster);
+        config.block_x = static_cast<unsigned>(g.threads);
+        config.shared_bytes = static_cast<unsigned>(g.shared_bytes);
+        if (d.cuOccupancyMaxActiveClusters(&lk->max_clusters, lk->function, &config) != 0) lk->max_clusters = 0;
+      }
       ModuleCache& mc = module_cache();
       std::lock_guard<std::mutex> lock2(mc.mu);
       mc.loaded[{ordinal, source_key}] = lk;
@@ -235,6 +244,7 @@ class CudaExecutable final : public backend::Executable {
     dk->scratch_bytes = g.scratch_bytes;
     dk->num_programs = g.num_programs;
     dk->persistent = g.persistent;
+    dk->cluster = g.cluster;
     dk->prints = g.prints;
     dk->access_sites = g.access_sites;
     dk->checked = g.checked;
@@ -374,12 +384,19 @@ class CudaExecutable final : public backend::Executable {
       const int64_t max_x = info.max_grid_x > 0 ? info.max_grid_x : 2147483647;
       int64_t blocks = programs;
       if (dk->persistent) {  // one wave (PALLADIUM_CUDA_PERSISTENT_BLOCKS caps it, for tests and tuning)
-        blocks = std::min<int64_t>(programs, int64_t{lk.max_blocks_per_sm} * std::max(info.multiprocessors, 1));
+        int64_t resident = int64_t{lk.max_blocks_per_sm} * std::max(info.multiprocessors, 1);
+        if (dk->cluster > 1 && lk.max_clusters > 0) resident = std::min<int64_t>(resident, int64_t{lk.max_clusters} * dk->cluster);
+        blocks = std::min<int64_t>(programs, resident);
         if (const char* cap = std::getenv("PALLADIUM_CUDA_PERSISTENT_BLOCKS"); cap && std::atoll(cap) > 0)
           blocks = std::min<int64_t>(blocks, std::atoll(cap));
+        // Whole clusters: programs 2m and 2m + 1 run in one (the generator made the count even).
+        blocks = std::max<int64_t>(dk->cluster, blocks / dk->cluster * dk->cluster);
       }
       const int64_t gx = std::min<int64_t>(blocks, max_x);
       const int64_t gy = (blocks + gx - 1) / gx;
+      // A clustered kernel's blocks all run whole programs and meet at the kernel's end.
+      PL_CHECK(dk->cluster == 1 || (gy == 1 && gx % dk->cluster == 0 && programs % dk->cluster == 0), what(), ": ", programs,
+               " programs do not launch as clusters of ", dk->cluster);
       PL_CHECK(gy <= (info.max_grid_y > 0 ? info.max_grid_y : 65535), what(), ": ", programs,
                " programs exceed the launch grid's limits");
       LaunchTiming& lt = launch_timing();

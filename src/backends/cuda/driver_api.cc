@@ -80,6 +80,9 @@ LoadedDriver load_driver() {
   std::string no_tensor_maps;
   bind(lib, a.cuTensorMapEncodeTiled, {"cuTensorMapEncodeTiled"}, no_tensor_maps);
   if (!no_tensor_maps.empty()) a.cuTensorMapEncodeTiled = nullptr;
+  std::string no_cluster_query;
+  bind(lib, a.cuOccupancyMaxActiveClusters, {"cuOccupancyMaxActiveClusters"}, no_cluster_query);
+  if (!no_cluster_query.empty()) a.cuOccupancyMaxActiveClusters = nullptr;
   if (CUresult r = a.cuInit(0); r != 0) {
     out.why = "cuInit failed: " + std::to_string(r) + " (no usable NVIDIA GPU)";
     return out;

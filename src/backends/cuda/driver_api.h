@@ -41,6 +41,17 @@ struct KernelNodeParams {
   CUcontext ctx = nullptr;
 };
 
+// CUlaunchConfig (cuda.h, CUDA 12) without launch attributes: what cuOccupancyMaxActiveClusters
+// reads for a kernel whose cluster shape is compiled in (__cluster_dims__).
+struct LaunchConfig {
+  unsigned grid_x = 1, grid_y = 1, grid_z = 1;
+  unsigned block_x = 1, block_y = 1, block_z = 1;
+  unsigned shared_bytes = 0;
+  CUstream stream = nullptr;
+  void* attrs = nullptr;
+  unsigned num_attrs = 0;
+};
+
 // Attribute numbers from the driver API's enums (stable across CUDA versions).
 inline constexpr int kAttrMaxGridDimX = 5;
 inline constexpr int kAttrMaxGridDimY = 6;
@@ -102,6 +113,9 @@ struct DriverApi {
   // L2 promotion, out-of-bounds fill); the enums are the driver's CUtensorMap* values.
   CUresult (*cuTensorMapEncodeTiled)(void*, int, unsigned, void*, const uint64_t*, const uint64_t*, const unsigned*,
                                      const unsigned*, int, int, int, int);
+  // How many clusters of a kernel can be resident at once (optional: without it, as many as pairs
+  // of multiprocessors).
+  CUresult (*cuOccupancyMaxActiveClusters)(int*, CUfunction, const LaunchConfig*);
 };
 
 using nvrtcResult = int;

@@ -493,7 +493,9 @@ GeneratedKernel Emitter::run() {
   if ((producer_warps_ > 0 && pingpong_loops_.empty()) || consumer_regs_ > 0) min_blocks = 1;
   if (const char* env = std::getenv("PALLADIUM_CUDA_MIN_BLOCKS"); env && *env) min_blocks = std::max(1, std::atoi(env));
   src << wgmma_functions();
-  src << "\nextern \"C\" __global__ void __launch_bounds__(" << g.threads << ", " << min_blocks << ") " << g.entry << "(";
+  g.cluster = cluster_;
+  src << "\nextern \"C\" __global__ void __launch_bounds__(" << g.threads << ", " << min_blocks << ") "
+      << (cluster_ > 1 ? "__cluster_dims__(" + std::to_string(cluster_) + ", 1, 1) " : "") << g.entry << "(";
   for (size_t i = 0; i < k_.refs.size(); ++i) {
     const ir::RefParam& p = k_.refs[i];
     src << (i ? ",\n    " : "\n    ") << (p.is_output ? "" : "const ") << mem_type(p.dtype) << "* "
@@ -586,7 +588,7 @@ GeneratedKernel Emitter::run() {
            "  if (pl_tid() == 0 && pl_num_slots < "
         << g.num_programs << "ll) { __threadfence(); atomicExch(&pl_slot_flags[pl_slot], 0u); }\n";
   }
-  src << "}\n";
+  src << cluster_sync() << "}\n";
   g.source = src.str();
   g.prints = debug_prints_;
   g.access_sites = access_sites_;

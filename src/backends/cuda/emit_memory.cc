@@ -534,17 +534,24 @@ void Emitter::emit_tma_issue(const ir::Inst& in, const std::string& dst) {
   const ir::RefParam& p = k_.refs.at(static_cast<size_t>(in.i0));
   const size_t rank = p.array_shape.size();
   Address a = address_of(*this, in, [](size_t) { return std::string("0"); });
-  line("// a tile of pl_ref" + std::to_string(in.i0) + " through pl_tmap" + std::to_string(t.map));
+  // Shared by the cluster's two blocks (emit_cluster.cc): box j of loop index i goes out from the
+  // block of rank (i + j) % 2, into both.
+  const bool multicast = multicast_.count(in.results[0]) > 0;
+  line("// a tile of pl_ref" + std::to_string(in.i0) + " through pl_tmap" + std::to_string(t.map) +
+       (multicast ? ", half of its boxes from each block of the cluster, into both" : ""));
   open("if (" + tma_issuer_ + ")");
   for (const std::string& l : a.lines) line(l);
   for (int64_t j = 0; j < tile.cols / 64; ++j) {
-    std::string call = "pl_tma_load_" + std::to_string(rank) + "d((char*)(" + dst + ") + " + std::to_string(j * tile.rows * 128) +
-                       ", &pl_tmap" + std::to_string(t.map);
+    std::string call = "pl_tma_load_" + std::string(multicast ? "multicast_" : "") + std::to_string(rank) + "d((char*)(" +
+                       dst + ") + " + std::to_string(j * tile.rows * 128) + ", &pl_tmap" + std::to_string(t.map);
     for (size_t i = 0; i < rank; ++i) {
       const size_t ad = rank - 1 - i;
       call += ", (int)pl_g" + std::to_string(ad) + (ad == rank - 1 && j > 0 ? " + " + std::to_string(64 * j) : "");
     }
-    line(call + ", pl_bar);");
+    if (multicast)
+      line("if ((((unsigned)pl_ix[0] + " + std::to_string(j) + "u) & 1u) == pl_cta_rank) " + call + ", pl_bar, 3);");
+    else
+      line(call + ", pl_bar);");
   }
   close();
 }

@@ -404,8 +404,11 @@ void Emitter::emit_consumer_release(const ir::Inst& loop) {
 
 void Emitter::emit_slot_release(const ir::Inst& loop, int group, const std::string& iteration) {
   line("__syncwarp();");
-  line("if (pl_lane() == 0) pl_mbar_arrive(&pl_empty" + std::to_string(barrier_set(loop, group)) + "[" +
-       ring_slot(loop, iteration) + "]);");
+  const std::string slot = "&pl_empty" + std::to_string(barrier_set(loop, group)) + "[" + ring_slot(loop, iteration) + "]";
+  if (cluster_ > 1)  // the other block's producer writes this block's slots too (emit_cluster.cc)
+    line("if (pl_lane() == 0) { pl_mbar_arrive(" + slot + "); pl_mbar_arrive_cluster(" + slot + ", pl_cta_rank ^ 1u); }");
+  else
+    line("if (pl_lane() == 0) pl_mbar_arrive(" + slot + ");");
 }
 
 // After the loop, its last dot retired: a pipelined loop's last slot goes back too (a later run of

@@ -164,9 +164,9 @@ std::string Emitter::tma_kernel_setup(int64_t offset) const {
       if (!producer_serves(*loop)) continue;
       out += "  unsigned long long* const pl_empty" + b + " = (unsigned long long*)(pl_smem + " +
              std::to_string(empties_at + set * stages_ * 8) + ");\n";
-      // each consumer warp arrives once per use of a slot
+      // each consumer warp arrives once per use of a slot (in a cluster, the other block's too)
       init += "    for (int s = 0; s < " + std::to_string(stages_) + "; ++s) pl_mbar_init(&pl_empty" + b + "[s], " +
-              std::to_string(threads_ / 32) + ");\n";
+              std::to_string(threads_ / 32 * cluster_) + ");\n";
     }
     if (producer_serves(*loop))
       out += "  int pl_base" + std::to_string(ring.index) + " = 0;  // the ring's uses by earlier runs of its loop\n";
@@ -175,7 +175,9 @@ std::string Emitter::tma_kernel_setup(int64_t offset) const {
   for (size_t m = 0; m < tensor_maps_.size(); ++m) out += "    pl_tma_prefetch_map(&pl_tmap" + std::to_string(m) + ");\n";
   out += init;
   out += home_init;
-  out += "    pl_fence_mbar_init();\n  }\n  __syncthreads();\n";
+  out += "    pl_fence_mbar_init();\n  }\n";
+  if (cluster_ > 1) out += "  const unsigned pl_cta_rank = pl_cluster_rank();  // 0 or 1: programs 2m and 2m + 1\n";
+  out += cluster_ > 1 ? cluster_sync() : "  __syncthreads();\n";
   return out;
 }
 

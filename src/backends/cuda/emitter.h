@@ -350,11 +350,21 @@ class Emitter {
   // axes outermost first, and the grid axes a value's program ids come from.
   std::string program_id_decode() const;
   std::vector<size_t> program_order() const;
+  int64_t raster_group() const;  // the raster groups' height, 0 for the row-major walk
+  int pair_axis() const;         // the axis along which programs 2m and 2m + 1 differ, or -1
   std::set<size_t> program_axes_of(ir::ValueId v) const;
   // Warp-specialised kernels whose every tile streams through a served loop (matmul; persistent)
   // walk their programs in groups along two axes for L2 reuse; every other kernel by the most
   // shared input bytes (the attention forward, served or not, keeps a head's q blocks together).
   bool raster_groups() const { return producer_warps_ > 0 && tma_homes_.empty(); }
+  // Thread-block clusters (emit_cluster.cc): two blocks, running programs 2m and 2m + 1, share
+  // the served rings' tiles that do not depend on the pair's axis; each such tile's 64-column
+  // boxes are split between them and multicast into both, and each slot goes back to both
+  // producers. cluster_ is 1 or 2.
+  int cluster_ = 1;
+  std::set<ir::ValueId> multicast_;  // the TMA loads both blocks of a cluster read
+  void choose_cluster();
+  std::string cluster_sync() const;  // every thread of both blocks ("" without a cluster)
   void choose_tma();
   bool tma_eligible(ir::ValueId v);  // adds v's tensor map when the TMA can load its tile
   const TmaRing* tma_ring(const ir::Inst& loop) const {

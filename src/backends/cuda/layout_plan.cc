@@ -455,6 +455,7 @@ void Emitter::plan() {
   choose_stages(homes);
   choose_tma();
   choose_producer();
+  choose_cluster();
   find_uniform_selects();
 
   // Global scratch: Memory tiles (each its own buffer), then the global staging area.

@@ -80,13 +80,37 @@ std::vector<size_t> Emitter::program_order() const {
   return parallel;
 }
 
-std::string Emitter::program_id_decode() const {
-  const std::vector<size_t> parallel = program_order();  // outermost first
+// The rows of a raster group (0 where the programs are walked row-major).
+int64_t Emitter::raster_group() const {
+  const std::vector<size_t> parallel = program_order();
   int64_t group = 8;
   if (const char* env = std::getenv("PALLADIUM_CUDA_RASTER_GROUP"); env && *env) group = std::atoll(env);
+  const bool on = program_order_enabled() && raster_groups() && group > 1 && parallel.size() >= 2 &&
+                  k_.grid[parallel[parallel.size() - 2]] > 1;
+  return on ? group : 0;
+}
+
+// The one grid axis along which programs 2m and 2m + 1 differ in the walk above, or -1 where
+// some pair differs along another (or holds no second program). Raster groups of an even height
+// over an even number of rows pair two rows of one column; the row-major walk pairs two
+// neighbours along the last axis where it has an even length.
+int Emitter::pair_axis() const {
+  const std::vector<size_t> parallel = program_order();
+  if (parallel.empty()) return -1;
+  if (const int64_t group = raster_group(); group > 0) {
+    const size_t rows = parallel[parallel.size() - 2];
+    return group % 2 == 0 && k_.grid[rows] % 2 == 0 ? static_cast<int>(rows) : -1;
+  }
+  const size_t last = parallel.back();
+  return k_.grid[last] % 2 == 0 ? static_cast<int>(last) : -1;
+}
+
+std::string Emitter::program_id_decode() const {
+  const std::vector<size_t> parallel = program_order();  // outermost first
+  const int64_t group = raster_group();
   std::ostringstream src;
   size_t plain = parallel.size();
-  if (program_order_enabled() && raster_groups() && group > 1 && parallel.size() >= 2 && k_.grid[parallel[plain - 2]] > 1) {
+  if (group > 0) {
     const size_t a = parallel[plain - 2], b = parallel[plain - 1];
     const int64_t rows = k_.grid[a], cols = k_.grid[b], span = group * cols;
     src << "  const long long pl_tile = pl_rest % " << rows * cols << "ll;\n";
