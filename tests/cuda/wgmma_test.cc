@@ -2,6 +2,8 @@
 // orientations it takes, in loops with prefetched operands, and the attention kernels (whose
 // backward reads P^T and dS^T from shared tiles written each iteration). Without a GPU the
 // kernels are compiled for sm_90a by NVRTC, so the wgmma code generation is checked there too.
+#include <bit>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 
@@ -204,6 +206,49 @@ TEST(CudaWgmma, PipelinedAttentionLoop) {
     EXPECT_EQ(source.find("pl_wgmma_wait<1>") != std::string::npos, pipelined);
     EXPECT_LT(rel_error(to_host(got), pl::ops::mha_reference(q, k, v, Array(), o.sm_scale, o.causal).out), 5e-3);
   }
+}
+
+// The softmax's scale folded into an FMA (emit_elementwise.cc, scaled_exp_expr): not causal, the
+// forward's exp reads q k^T itself, exp(fma(qk, scale, -m)), and the row max reads it too, scaled
+// once per row after the reduction; so no multiply by the scale remains per score. Causal, the
+// mask's select reads the scaled scores, and the loop keeps its multiply, subtraction and exp, as
+// it does with PALLADIUM_CUDA_FOLD_SCALE=0. Segment ids mask whole blocks of some rows (their max
+// is then the mask value, -0.7 FLT_MAX): still exp(0) = 1 there, not the NaN of a max scaled by
+// log2(e) past FLT_MAX. Each against float64.
+TEST(CudaWgmma, SoftmaxScaleFoldsIntoAnFma) {
+  PL_REQUIRE_NVRTC();
+  WgmmaOn on;
+  auto hex = [](float f) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "__int_as_float(0x%08x)", std::bit_cast<uint32_t>(f));
+    return std::string(buf);
+  };
+  int index = 0;
+  for (bool fold : {true, false})
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(std::string(fold ? "folded" : "PALLADIUM_CUDA_FOLD_SCALE=0") + (causal ? ", causal" : ""));
+      test_support::ScopedEnv env{"PALLADIUM_CUDA_FOLD_SCALE", fold ? "1" : "0"};
+      const float scale = 0.1201f + 0.0001f * static_cast<float>(index);  // one pallas_call per variant
+      const std::string source = checked_attention_source(
+          "mha_forward", {1, 512, 2, 64}, 91 + 4 * static_cast<uint64_t>(index++),
+          {.sm_scale = scale, .causal = causal, .block_q = 128, .block_k = 128}, false);
+      ASSERT_FALSE(source.empty()) << "no generated source";
+      const std::string body = first_loop(source);
+      ASSERT_FALSE(body.empty());
+      const bool folded = fold && !causal;
+      EXPECT_EQ(body.find("pl_fast_exp(fmaf(") != std::string::npos, folded);
+      EXPECT_EQ(body.find(", " + hex(scale) + ", -") != std::string::npos, folded);
+      EXPECT_EQ(body.find("= acc * " + hex(scale) + ";") != std::string::npos, folded);
+    }
+  // Rows 80-127 of each sequence see keys 80-127 only: the first key block is wholly masked for them.
+  GeneratedSources sources("wgmma-fold-segments");
+  const Shape shape{2, 128, 2, 64};
+  std::vector<int32_t> ids(2 * 128);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = (i % 128) < 80 ? 0 : 1;
+  pl::ops::MhaOptions o{.sm_scale = 0.125f, .block_q = 64, .block_k = 64, .backend = "cuda", .debug = true};
+  expect_attention_matches_reference(normal(95, shape, bf16), normal(96, shape, bf16), normal(97, shape, bf16),
+                                     pl::from_vector(ids, {2, 128}), normal(98, shape, bf16), o);
+  EXPECT_NE(first_loop(sources.source("mha_forward")).find("pl_fast_exp("), std::string::npos);
 }
 
 // The pipelined attention forward (head_dim 128, one program per SM) is served by a producer

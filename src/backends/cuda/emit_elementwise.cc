@@ -1,6 +1,9 @@
 // Leaves and elementwise ops: every operand has the result's shape, hence its layout, so each
 // thread computes its own slots with no data movement. Semantics follow the interpreter
 // (eval_elementwise.cc); device/cuda/pl_math.h holds the helpers named here.
+#include <cmath>
+#include <cstdlib>
+
 #include "backends/common/int_bits.h"
 #include "backends/common/libm_ops.h"
 #include "backends/cuda/emitter.h"
@@ -191,13 +194,56 @@ std::string Emitter::elementwise_expr(const ir::Inst& in, const std::vector<std:
   return e;
 }
 
+// Folding the softmax's scale (PALLADIUM_CUDA_FOLD_SCALE=0 turns it off). The seed's attention
+// computes s = dot * scale, m = max(s), exp(s - m): per score a multiply, a subtract, the fast
+// exp's multiply by log2(e) and the exp2 unit. With fast_math (which permits contraction),
+// exp(x * c - b) for a constant c is exp(fma(x, c, -b)), and the row max reads x too (emit_reduce:
+// max(x * c) = max(x) * c exactly, for c > 0, rounding being monotonic), so x * c is left without
+// readers and its multiply goes: one instruction fewer per score. Not folded further into
+// exp2(fma(x, c * log2e, -b * log2e)), FlashAttention-3's one instruction: b * log2e overflows
+// where b is below -FLT_MAX / log2e, as the seed's mask value (-0.7 FLT_MAX) is in a row whose
+// block is wholly masked, and that form then returned NaN where exp(0) = 1 was due (H100, stop 38
+// job 4: the segment-masked attention tests; the forward rows ran 5-12% faster that way).
+bool fold_scale_enabled() {
+  const char* env = std::getenv("PALLADIUM_CUDA_FOLD_SCALE");
+  return !(env && std::string(env) == "0");
+}
+
+std::optional<double> Emitter::constant_factor(ir::ValueId v, ir::ValueId* x) const {
+  const ir::Inst* mul = def(v);
+  if (!fold_scale_enabled() || !mul || mul->op != ir::Op::Mul || type(v).dtype != DType::float32) return std::nullopt;
+  for (int side : {0, 1}) {
+    const ir::Inst* c = def(mul->operands[static_cast<size_t>(side)]);
+    const ir::ValueId other = mul->operands[static_cast<size_t>(1 - side)];
+    if (c && c->op == ir::Op::Const && std::isfinite(c->f) && type(other).dtype == DType::float32 &&
+        layout_of(other).registers()) {
+      *x = other;
+      return c->f;
+    }
+  }
+  return std::nullopt;
+}
+
+std::string Emitter::scaled_exp_expr(const ir::Inst& in) const {
+  if (!fold_scale_enabled() || !params_.fast_math || in.op != ir::Op::Exp || type(in.results[0]).dtype != DType::float32)
+    return "";
+  const ir::Inst* sub = def(in.operands[0]);
+  if (!sub || sub->op != ir::Op::Sub) return "";
+  const ir::ValueId b = sub->operands[1];
+  ir::ValueId x = sub->operands[0];
+  const std::optional<double> c = constant_factor(sub->operands[0], &x);
+  if (!c || type(b).dtype != DType::float32 || !layout_of(b).registers()) return "";
+  return "pl_fast_exp(fmaf(" + at(x) + ", " + literal(DType::float32, *c, 0) + ", -" + at(b) + "))";
+}
+
 void Emitter::emit_elementwise(const ir::Inst& in) {
   const ir::ValueId r = in.results[0];
   if (alias_of.count(r)) return;  // an add folded into its dot's accumulator (emit_dot.cc)
   if (uniform_selects_.count(&in)) return emit_uniform_select(in);
   std::vector<std::string> a;
   for (ir::ValueId v : in.operands) a.push_back(at(v));
-  const std::string e = elementwise_expr(in, a);
+  const std::string scaled = scaled_exp_expr(in);
+  const std::string e = scaled.empty() ? elementwise_expr(in, a) : scaled;
   declare(r);
   open_slots(layout_of(r));
   line(at(r) + " = " + e + ";");

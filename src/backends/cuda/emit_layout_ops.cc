@@ -244,16 +244,24 @@ void Emitter::emit_reduce(const ir::Inst& in) {
   if (xl.kind == LayoutKind::Mma && axis == 1 && xl.warps_n == 1 && rl.kind == LayoutKind::RowSlice &&
       rl.warps_m == xl.warps_m) {
     const std::string tn = std::to_string(xl.tiles_n);
+    // The max (or min) of x * c, c > 0, is the max of x times c, exactly (scaled_exp_expr).
+    ir::ValueId unscaled = x;
+    const std::optional<double> c = in.op == ir::Op::ReduceMax || in.op == ir::Op::ReduceMin
+                                        ? constant_factor(x, &unscaled)
+                                        : std::nullopt;
+    const double factor = c ? *c : 0.0;
+    const bool rescale = factor > 0 && layout_of(unscaled).kind == LayoutKind::Mma && layout_of(unscaled).id == xl.id;
+    const ir::ValueId read = rescale ? unscaled : x;
     declare(r);
     line("#pragma unroll");
     open("for (int s = 0; s < " + std::to_string(rl.slots) + "; ++s)");
     line("const int tm = s >> 1, h = s & 1;");
-    line(red.acc_type + " acc = " + (in.op == ir::Op::ReduceSum ? "0" : name(x) + "[(tm * " + tn + ") * 4 + h * 2]") + ";");
+    line(red.acc_type + " acc = " + (in.op == ir::Op::ReduceSum ? "0" : name(read) + "[(tm * " + tn + ") * 4 + h * 2]") + ";");
     line("int best = (pl_lane() & 3) * 2;");
     line("(void)best;");
     line("#pragma unroll");
     open("for (int q = 0; q < " + std::to_string(xl.tiles_n * 2) + "; ++q)");
-    line("const " + T + " v = " + name(x) + "[(tm * " + tn + " + (q >> 1)) * 4 + h * 2 + (q & 1)];");
+    line("const " + T + " v = " + name(read) + "[(tm * " + tn + " + (q >> 1)) * 4 + h * 2 + (q & 1)];");
     line("const int k = (q >> 1) * 8 + (pl_lane() & 3) * 2 + (q & 1);");
     line("(void)k;");
     line(red.step);
@@ -268,7 +276,7 @@ void Emitter::emit_reduce(const ir::Inst& in) {
       line(red.step);
     }
     close();
-    line(at(r) + " = " + red.finish + ";");
+    line(at(r) + " = " + red.finish + (rescale ? " * " + literal(DType::float32, factor, 0) : "") + ";");
     close();
     return;
   }

@@ -146,6 +146,11 @@ class Emitter {
   void emit_leaf(const ir::Inst& in);                 // emit_elementwise.cc
   void emit_elementwise(const ir::Inst& in);
   std::string elementwise_expr(const ir::Inst& in, const std::vector<std::string>& operands) const;
+  // The softmax step folded (emit_elementwise.cc): a float32 value's constant factor, where it is
+  // v = x * c with c a finite constant (nullopt otherwise; `x` receives the other operand), and
+  // fast_math's exp(x * c - b) as exp(fma(x, c, -b)) ("" where the pattern does not hold).
+  std::optional<double> constant_factor(ir::ValueId v, ir::ValueId* x) const;
+  std::string scaled_exp_expr(const ir::Inst& in) const;
   // The element of v at `coords` (C++ text) as an expression, when v is cheap index arithmetic
   // (iota, constants, scalars, elementwise ops, reshapes and broadcasts of such); "" otherwise.
   std::string recompute(ir::ValueId v, const std::vector<std::string>& coords, int& budget) const;
