@@ -394,9 +394,10 @@ class CudaExecutable final : public backend::Executable {
       }
       const int64_t gx = std::min<int64_t>(blocks, max_x);
       const int64_t gy = (blocks + gx - 1) / gx;
-      // A clustered kernel's blocks all run whole programs and meet at the kernel's end.
-      PL_CHECK(dk->cluster == 1 || (gy == 1 && gx % dk->cluster == 0 && programs % dk->cluster == 0), what(), ": ", programs,
-               " programs do not launch as clusters of ", dk->cluster);
+      // A clustered kernel's blocks all run whole programs and meet at the kernel's end (choose_cluster
+      // takes only even program counts below 2^30).
+      PL_ASSERT(dk->cluster == 1 || (gy == 1 && gx % dk->cluster == 0 && programs % dk->cluster == 0), what(), ": ",
+                programs, " programs do not launch as clusters of ", dk->cluster);
       PL_CHECK(gy <= (info.max_grid_y > 0 ? info.max_grid_y : 65535), what(), ": ", programs,
                " programs exceed the launch grid's limits");
       LaunchTiming& lt = launch_timing();

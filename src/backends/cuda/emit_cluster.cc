@@ -36,7 +36,7 @@ void Emitter::choose_cluster() {
   if (producer_warps_ == 0 || tma_rings_.empty() || !tma_homes_.empty() || params_.checks || k_.any_sequential())
     return;
   const int axis = pair_axis();
-  if (axis < 0 || k_.parallel_programs() % 2 != 0) return;
+  if (axis < 0 || k_.parallel_programs() % 2 != 0 || k_.parallel_programs() > (int64_t{1} << 30)) return;
   std::set<ir::ValueId> shared;
   for (const auto& [loop, ring] : tma_rings_) {
     if (!producer_serves(*loop) || ring.split || ring.cp_async || pingpong_loops_.count(loop) || !runs_alike(*loop))
