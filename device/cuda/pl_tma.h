@@ -118,37 +118,14 @@ PL_DEVICE void pl_tma_load_5d(void* dst, const pl_tensor_map* map, int c0, int c
       : "memory");
 }
 
-// The same boxes multicast: written at `dst` and completing on `bar` in every block of the cluster
-// whose rank is set in `ctas` (the offsets are this block's; each block's are the same).
+// The same box multicast: written at `dst` and completing on `bar` in every block of the cluster
+// whose rank is set in `ctas` (the offsets are this block's; each block's are the same). Tiles of
+// 2-D arrays only (emit_cluster.cc).
 PL_DEVICE void pl_tma_load_multicast_2d(void* dst, const pl_tensor_map* map, int c0, int c1, unsigned long long* bar,
                                         unsigned short ctas) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], "
       "[%4], %5;" ::"r"(pl_smem_addr(dst)),
       "l"(map), "r"(c0), "r"(c1), "r"(pl_smem_addr(bar)), "h"(ctas)
-      : "memory");
-}
-PL_DEVICE void pl_tma_load_multicast_3d(void* dst, const pl_tensor_map* map, int c0, int c1, int c2, unsigned long long* bar,
-                                        unsigned short ctas) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, "
-      "%4}], [%5], %6;" ::"r"(pl_smem_addr(dst)),
-      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(pl_smem_addr(bar)), "h"(ctas)
-      : "memory");
-}
-PL_DEVICE void pl_tma_load_multicast_4d(void* dst, const pl_tensor_map* map, int c0, int c1, int c2, int c3,
-                                        unsigned long long* bar, unsigned short ctas) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, "
-      "%4, %5}], [%6], %7;" ::"r"(pl_smem_addr(dst)),
-      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(pl_smem_addr(bar)), "h"(ctas)
-      : "memory");
-}
-PL_DEVICE void pl_tma_load_multicast_5d(void* dst, const pl_tensor_map* map, int c0, int c1, int c2, int c3, int c4,
-                                        unsigned long long* bar, unsigned short ctas) {
-  asm volatile(
-      "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, "
-      "%4, %5, %6}], [%7], %8;" ::"r"(pl_smem_addr(dst)),
-      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(pl_smem_addr(bar)), "h"(ctas)
       : "memory");
 }

@@ -19,8 +19,8 @@
 // cluster scope (.release.cluster), 4096^3 4 stages 0.180 -> 0.329, 3 stages 0.182 -> 0.317; job 3,
 // at CTA scope (as CUTLASS arrives), 4096^3 0.179 -> 0.187 (4 stages), 0.182 -> 0.206 (3 stages),
 // 8192^3 1.389 -> 1.441 and 1.386 -> 1.547. Nsight Compute on the clustered kernel (job 3): tensor
-// pipes 89.8% busy, 1.35 GB through L2 (single blocks, stop 37 job 3: 1.47 GB), not the 1.0 GB
-// of a shared tile read once per pair. The more stages, the smaller the loss: each refill now
+// pipes 89.8% busy, 1.35 GB through L2, not the 1.0 GB of a shared tile read once per pair (single
+// blocks were not profiled in this stop; stop 37 job 3, before the 16-byte stores: 1.47 GB). The more stages, the smaller the loss: each refill now
 // waits for the slower block of the pair.
 #include <cstdlib>
 
@@ -42,16 +42,13 @@ void Emitter::choose_cluster() {
     if (!producer_serves(*loop) || ring.split || ring.cp_async || pingpong_loops_.count(loop) || !runs_alike(*loop))
       return;
     for (const ir::Inst* load : prefetched_loads(*loop)) {
-      std::set<size_t> axes;
-      for (ir::ValueId o : load->operands) {
-        const std::set<size_t> a = program_axes_of(o);
-        axes.insert(a.begin(), a.end());
-      }
-      for (ir::ValueId o : k_.refs.at(static_cast<size_t>(load->i0)).origin) {
-        const std::set<size_t> a = program_axes_of(o);
-        axes.insert(a.begin(), a.end());
-      }
-      if (!axes.count(static_cast<size_t>(axis))) shared.insert(load->results[0]);
+      const ir::RefParam& ref = k_.refs.at(static_cast<size_t>(load->i0));
+      if (program_axes_of(load->operands).count(static_cast<size_t>(axis)) ||
+          program_axes_of(ref.origin).count(static_cast<size_t>(axis)))
+        continue;
+      // Only tiles of 2-D arrays: the multicast copy exists (and was run) for those alone.
+      if (ref.array_shape.size() != 2) return;
+      shared.insert(load->results[0]);
     }
   }
   if (shared.empty()) return;

@@ -233,7 +233,7 @@ std::string Emitter::scaled_exp_expr(const ir::Inst& in) const {
   ir::ValueId x = sub->operands[0];
   const std::optional<double> c = constant_factor(sub->operands[0], &x);
   if (!c || type(b).dtype != DType::float32 || !layout_of(b).registers()) return "";
-  return "pl_fast_exp(fmaf(" + at(x) + ", " + literal(DType::float32, *c, 0) + ", -" + at(b) + "))";
+  return fast_float_unary(ir::Op::Exp, "fmaf(" + at(x) + ", " + literal(DType::float32, *c, 0) + ", -" + at(b) + ")");
 }
 
 void Emitter::emit_elementwise(const ir::Inst& in) {

@@ -358,6 +358,7 @@ class Emitter {
   int64_t raster_group() const;  // the raster groups' height, 0 for the row-major walk
   int pair_axis() const;         // the axis along which programs 2m and 2m + 1 differ, or -1
   std::set<size_t> program_axes_of(ir::ValueId v) const;
+  std::set<size_t> program_axes_of(const std::vector<ir::ValueId>& vs) const;  // the union over vs
   // Warp-specialised kernels whose every tile streams through a served loop (matmul; persistent)
   // walk their programs in groups along two axes for L2 reuse; every other kernel by the most
   // shared input bytes (the attention forward, served or not, keeps a head's q blocks together).

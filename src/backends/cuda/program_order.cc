@@ -53,6 +53,15 @@ std::set<size_t> Emitter::program_axes_of(ir::ValueId v) const {
   return axes;
 }
 
+std::set<size_t> Emitter::program_axes_of(const std::vector<ir::ValueId>& vs) const {
+  std::set<size_t> axes;
+  for (ir::ValueId v : vs) {
+    const std::set<size_t> a = program_axes_of(v);
+    axes.insert(a.begin(), a.end());
+  }
+  return axes;
+}
+
 std::vector<size_t> Emitter::program_order() const {
   std::vector<size_t> parallel;
   for (size_t d = 0; d < k_.grid.size(); ++d)
@@ -61,11 +70,7 @@ std::vector<size_t> Emitter::program_order() const {
   std::map<size_t, int64_t> shared;  // axis -> input bytes per program that do not depend on it
   for (const ir::RefParam& p : k_.refs) {
     if (p.is_output) continue;
-    std::set<size_t> depends;
-    for (ir::ValueId o : p.origin) {
-      const std::set<size_t> a = program_axes_of(o);
-      depends.insert(a.begin(), a.end());
-    }
+    const std::set<size_t> depends = program_axes_of(p.origin);
     const int64_t bytes = numel(p.block_shape) * itemsize(p.dtype);
     for (size_t d : parallel)
       if (!depends.count(d) && k_.grid[d] > 1) shared[d] += bytes;
