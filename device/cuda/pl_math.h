@@ -62,6 +62,11 @@ PL_DEVICE float pl_fast_div(float a, float b) {
 // FLT_MAX, is a fully masked row's max); behind a per-thread branch it ran 2-7% slower in the
 // attention forward (H100, stop 36 job 5, `h100_stop36_job5_attn_on*` against `_fma0*`).
 PL_DEVICE float pl_fast_exp(float x) { return pl_fast_exp2(x * 1.4426950408889634f); }
+// b log2(e) kept finite: the folded softmax exp, exp2(fma(x, c log2e, -b log2e)) (emit_elementwise.cc).
+PL_DEVICE float pl_scaled_log2e(float b) {
+  const float t = b * 1.4426950408889634f;
+  return isinf(t) ? copysignf(3.402823466e38f, t) : t;  // NaN stays NaN
+}
 PL_DEVICE float pl_fast_log(float x) { return pl_fast_log2(x) * 0.6931471805599453f; }
 PL_DEVICE float pl_fast_logistic(float x) { return 1.0f / (1.0f + pl_fast_exp(-x)); }
 PL_DEVICE double pl_logistic(double x) { return 1.0 / (1.0 + exp(-x)); }

@@ -1,5 +1,6 @@
 // Elementwise ops, leaves and casts on every dtype: cuda against the interpreter. Each kernel
 // computes many ops at once (one output each), so one NVRTC compile covers a family.
+#include <cmath>
 #include <limits>
 
 #include "tests/cuda/cuda_test_util.h"
@@ -159,6 +160,48 @@ TEST(CudaElementwise, FastMathTranscendentals) {
   EXPECT_NEAR(e.get(1), std::exp(-87.0), 1e-5 * std::exp(-87.0));  // above 2^-126
   EXPECT_EQ(e2.get(6), 0.0);                                  // 2^-140
   EXPECT_NEAR(e2.get(7), std::exp2(-120.0), 1e-5 * std::exp2(-120.0));
+}
+
+// The softmax's exp(x * c - max(x * c)) with fast_math (emit_elementwise.cc, emit_scaled_exp) is
+// exp2(fma(x, c log2e, -m log2e)): within fast_math's exp error, (|x c| + |m|) 6e-8 relative, of the
+// interpreter for ordinary scores (|m| <= 10: 1e-5) and rows near 2000 (5e-4); and rows whose max
+// lies beyond -FLT_MAX / log2e (an additive mask of -3e38) get finite values, not 2^inf and NaN.
+TEST(CudaElementwise, FoldedSoftmaxExpKeepsFastMathError) {
+  PL_REQUIRE_NVRTC();
+  const int64_t rows = 16, cols = 128;
+  const Array scores = uniform(41, {rows, cols}, f32, -10, 10);
+  auto rows_of = [&](auto value) {
+    std::vector<float> x(static_cast<size_t>(rows * cols));
+    for (int64_t i = 0; i < rows * cols; ++i) x[static_cast<size_t>(i)] = value(i / cols, static_cast<float>(scores.get(i)));
+    return pl::from_vector(x, {rows, cols});
+  };
+  const Array ordinary = rows_of([](int64_t, float s) { return s; });
+  const Array large = rows_of([](int64_t r, float s) { return r % 2 ? 2300.0f + s : s; });
+  const Array overflow = rows_of([](int64_t r, float s) { return r % 2 ? -3e38f : s; });
+  int index = 0;
+  for (float scale : {0.9f, 0.0884f}) {
+    SCOPED_TRACE("scale " + std::to_string(scale));
+    auto softmax_exp = [scale, rows, cols](pl::Ref a, pl::Ref o) {
+      pl::Value s = a[pl::all] * scale;
+      o[pl::all] = jnp::exp(s - jnp::broadcast_to(jnp::expand_dims(jnp::max(s, 1), 1), {rows, cols}));
+    };
+    GeneratedSources sources("folded-exp");
+    const std::string name = "folded_exp_" + std::to_string(index++);
+    CallOptions options{.name = name, .debug = true};
+    options.compiler_params.fast_math = true;
+    check_kernel(softmax_exp, {ShapeDtype({rows, cols}, f32)}, options, {ordinary}, 1e-5);
+    const std::string source = sources.source(name);
+    EXPECT_NE(source.find("pl_fast_exp2(fmaf("), std::string::npos) << "not folded: " << sources.dir();
+    EXPECT_NE(source.find("pl_scaled_log2e("), std::string::npos);
+    check_kernel(softmax_exp, {ShapeDtype({rows, cols}, f32)}, options, {large}, 5e-4);
+    options.backend = "cuda";
+    const Array got = pallas_call(softmax_exp, {ShapeDtype({rows, cols}, f32)}, options)(overflow);
+    if (!results_are_real()) continue;
+    const Array host = to_host(got);
+    int64_t not_finite = 0;
+    for (int64_t i = 0; i < host.size(); ++i) not_finite += !std::isfinite(host.get(i));
+    EXPECT_EQ(not_finite, 0) << "of " << host.size();
+  }
 }
 
 TEST(CudaElementwise, IntegerUnaryAndWrapping) {

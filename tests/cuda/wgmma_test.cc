@@ -208,13 +208,14 @@ TEST(CudaWgmma, PipelinedAttentionLoop) {
   }
 }
 
-// The softmax's scale folded into an FMA (emit_elementwise.cc, scaled_exp_expr): not causal, the
-// forward's exp reads q k^T itself, exp(fma(qk, scale, -m)), and the row max reads it too, scaled
-// once per row after the reduction; so no multiply by the scale remains per score. Causal, the
-// mask's select reads the scaled scores, and the loop keeps its multiply, subtraction and exp, as
-// it does with PALLADIUM_CUDA_FOLD_SCALE=0. Segment ids mask whole blocks of some rows (their max
-// is then the mask value, -0.7 FLT_MAX): still exp(0) = 1 there, not the NaN of a max scaled by
-// log2(e) past FLT_MAX. Each against float64.
+// The softmax's scale folded into an FMA (emit_elementwise.cc, emit_scaled_exp): not causal, the
+// forward's exp reads q k^T itself, exp2(fma(qk, scale log2e, -m log2e)) (or exp(fma(qk, scale,
+// -m)) with PALLADIUM_CUDA_EXP2_FOLD=0), and the row max reads
+// it too, scaled once per row after the reduction; so no multiply by the scale remains per score.
+// Causal, the mask's select reads the scaled scores, and the loop keeps its multiply, subtraction
+// and exp, as it does with PALLADIUM_CUDA_FOLD_SCALE=0. Segment ids mask whole blocks of some rows
+// (their max is then the mask value, -0.7 FLT_MAX): still exp(0) = 1 there, not the NaN of a max
+// scaled by log2(e) past FLT_MAX. Each against float64.
 TEST(CudaWgmma, SoftmaxScaleFoldsIntoAnFma) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;
@@ -224,10 +225,15 @@ TEST(CudaWgmma, SoftmaxScaleFoldsIntoAnFma) {
     return std::string(buf);
   };
   int index = 0;
-  for (bool fold : {true, false})
+  enum class Fold { exp2, fma, off };
+  for (Fold fold : {Fold::exp2, Fold::fma, Fold::off})
     for (bool causal : {false, true}) {
-      SCOPED_TRACE(std::string(fold ? "folded" : "PALLADIUM_CUDA_FOLD_SCALE=0") + (causal ? ", causal" : ""));
-      test_support::ScopedEnv env{"PALLADIUM_CUDA_FOLD_SCALE", fold ? "1" : "0"};
+      SCOPED_TRACE(std::string(fold == Fold::exp2  ? "exp2 folded"
+                               : fold == Fold::fma ? "PALLADIUM_CUDA_EXP2_FOLD=0"
+                                                   : "PALLADIUM_CUDA_FOLD_SCALE=0") +
+                   (causal ? ", causal" : ""));
+      test_support::ScopedEnv env{"PALLADIUM_CUDA_FOLD_SCALE", fold == Fold::off ? "0" : "1"};
+      test_support::ScopedEnv exp2{"PALLADIUM_CUDA_EXP2_FOLD", fold == Fold::exp2 ? "1" : "0"};
       const float scale = 0.1201f + 0.0001f * static_cast<float>(index);  // one pallas_call per variant
       const std::string source = checked_attention_source(
           "mha_forward", {1, 512, 2, 64}, 91 + 4 * static_cast<uint64_t>(index++),
@@ -235,9 +241,12 @@ TEST(CudaWgmma, SoftmaxScaleFoldsIntoAnFma) {
       ASSERT_FALSE(source.empty()) << "no generated source";
       const std::string body = first_loop(source);
       ASSERT_FALSE(body.empty());
-      const bool folded = fold && !causal;
-      EXPECT_EQ(body.find("pl_fast_exp(fmaf(") != std::string::npos, folded);
-      EXPECT_EQ(body.find(", " + hex(scale) + ", -") != std::string::npos, folded);
+      const bool folded = fold != Fold::off && !causal;
+      const std::string scale_log2e = hex(static_cast<float>(static_cast<double>(scale) * 1.4426950408889634));
+      EXPECT_EQ(body.find("pl_fast_exp2(fmaf(") != std::string::npos, folded && fold == Fold::exp2);
+      EXPECT_EQ(body.find(", " + scale_log2e + ", -pl_scaled_log2e(") != std::string::npos, folded && fold == Fold::exp2);
+      EXPECT_EQ(body.find("pl_fast_exp(fmaf(") != std::string::npos, folded && fold == Fold::fma);
+      EXPECT_EQ(body.find(", " + hex(scale) + ", -") != std::string::npos, folded && fold == Fold::fma);
       EXPECT_EQ(body.find("= acc * " + hex(scale) + ";") != std::string::npos, folded);
     }
   // Rows 80-127 of each sequence see keys 80-127 only: the first key block is wholly masked for them.

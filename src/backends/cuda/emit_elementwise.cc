@@ -196,16 +196,25 @@ std::string Emitter::elementwise_expr(const ir::Inst& in, const std::vector<std:
 
 // Folding the softmax's scale (PALLADIUM_CUDA_FOLD_SCALE=0 turns it off). The seed's attention
 // computes s = dot * scale, m = max(s), exp(s - m): per score a multiply, a subtract, the fast
-// exp's multiply by log2(e) and the exp2 unit. With fast_math (which permits contraction),
-// exp(x * c - b) for a constant c is exp(fma(x, c, -b)), and the row max reads x too (emit_reduce:
-// max(x * c) = max(x) * c exactly, for c > 0, rounding being monotonic), so x * c is left without
-// readers and its multiply goes: one instruction fewer per score. Not folded further into
-// exp2(fma(x, c * log2e, -b * log2e)), FlashAttention-3's one instruction: b * log2e overflows
-// where b is below -FLT_MAX / log2e, as the seed's mask value (-0.7 FLT_MAX) is in a row whose
-// block is wholly masked, and that form then returned NaN where exp(0) = 1 was due (H100, stop 38
-// job 4: the segment-masked attention tests; the forward rows ran 5-12% faster that way).
+// exp's multiply by log2(e) and the exp2 unit. With fast_math, exp(x * c - b) for a constant c is
+// exp2(fma(x, c log2e, -b log2e)), FlashAttention-3's one instruction before the exp2 unit, and the
+// row max reads x too (emit_reduce: max(x * c) = max(x) * c exactly, for c > 0, rounding being
+// monotonic), so x * c is left without readers and its multiply goes. fast_math's exp already
+// errs by |x| 6e-8 relative (its argument's product with log2e is rounded); this form errs by
+// (|x c| + |b|) 6e-8, the operands rounded before they cancel. b log2e is clamped to the float
+// range (per row: b is a broadcast row value), so that rows whose max lies beyond
+// -FLT_MAX / log2e (stop 38 job 4: the seed's mask value, -0.7 FLT_MAX, when this form was applied
+// to every exp) get finite exponents, not 2^inf and NaN. A guard that sent rows beyond |b| 1024
+// to x * c - b rounded as the interpreter does cost more than the form saved (a per-thread branch
+// duplicating the exp loop: stop 39 job 1, H100, d64 s2048 blocks 128 x 128 0.663/0.669 ms ->
+// 0.749/0.740, and spills in the head_dim 128 producer kernels). PALLADIUM_CUDA_EXP2_FOLD=0 keeps
+// stop 38's exp(fma(x, c, -b)).
 bool fold_scale_enabled() {
   const char* env = std::getenv("PALLADIUM_CUDA_FOLD_SCALE");
+  return !(env && std::string(env) == "0");
+}
+bool exp2_fold_enabled() {
+  const char* env = std::getenv("PALLADIUM_CUDA_EXP2_FOLD");
   return !(env && std::string(env) == "0");
 }
 
@@ -224,29 +233,41 @@ std::optional<double> Emitter::constant_factor(ir::ValueId v, ir::ValueId* x) co
   return std::nullopt;
 }
 
-std::string Emitter::scaled_exp_expr(const ir::Inst& in) const {
+std::optional<Emitter::ScaledExp> Emitter::scaled_exp(const ir::Inst& in) const {
   if (!fold_scale_enabled() || !params_.fast_math || in.op != ir::Op::Exp || type(in.results[0]).dtype != DType::float32)
-    return "";
+    return std::nullopt;
   const ir::Inst* sub = def(in.operands[0]);
-  if (!sub || sub->op != ir::Op::Sub) return "";
-  const ir::ValueId b = sub->operands[1];
-  ir::ValueId x = sub->operands[0];
-  const std::optional<double> c = constant_factor(sub->operands[0], &x);
-  if (!c || type(b).dtype != DType::float32 || !layout_of(b).registers()) return "";
-  return fast_float_unary(ir::Op::Exp, "fmaf(" + at(x) + ", " + literal(DType::float32, *c, 0) + ", -" + at(b) + ")");
+  if (!sub || sub->op != ir::Op::Sub) return std::nullopt;
+  ScaledExp f{sub->operands[0], sub->operands[1], 0.0};
+  const std::optional<double> c = constant_factor(sub->operands[0], &f.x);
+  if (!c || type(f.b).dtype != DType::float32 || !layout_of(f.b).registers()) return std::nullopt;
+  f.c = *c;
+  return f;
+}
+
+void Emitter::emit_scaled_exp(const ir::Inst& in, const ScaledExp& f) {
+  const ir::ValueId r = in.results[0];
+  declare(r);
+  open_slots(layout_of(r));
+  if (exp2_fold_enabled()) {
+    line(at(r) + " = pl_fast_exp2(fmaf(" + at(f.x) + ", " + literal(DType::float32, f.c * 1.4426950408889634, 0) +
+         ", -pl_scaled_log2e(" + at(f.b) + ")));");
+  } else {
+    line(at(r) + " = " + fast_float_unary(ir::Op::Exp, "fmaf(" + at(f.x) + ", " + literal(DType::float32, f.c, 0) + ", -" + at(f.b) + ")") + ";");
+  }
+  close();
 }
 
 void Emitter::emit_elementwise(const ir::Inst& in) {
   const ir::ValueId r = in.results[0];
   if (alias_of.count(r)) return;  // an add folded into its dot's accumulator (emit_dot.cc)
   if (uniform_selects_.count(&in)) return emit_uniform_select(in);
+  if (const std::optional<ScaledExp> f = scaled_exp(in)) return emit_scaled_exp(in, *f);
   std::vector<std::string> a;
   for (ir::ValueId v : in.operands) a.push_back(at(v));
-  const std::string scaled = scaled_exp_expr(in);
-  const std::string e = scaled.empty() ? elementwise_expr(in, a) : scaled;
   declare(r);
   open_slots(layout_of(r));
-  line(at(r) + " = " + e + ";");
+  line(at(r) + " = " + elementwise_expr(in, a) + ";");
   close();
 }
 

@@ -244,7 +244,7 @@ void Emitter::emit_reduce(const ir::Inst& in) {
   if (xl.kind == LayoutKind::Mma && axis == 1 && xl.warps_n == 1 && rl.kind == LayoutKind::RowSlice &&
       rl.warps_m == xl.warps_m) {
     const std::string tn = std::to_string(xl.tiles_n);
-    // The max (or min) of x * c, c > 0, is the max of x times c, exactly (scaled_exp_expr).
+    // The max (or min) of x * c, c > 0, is the max of x times c, exactly (scaled_exp).
     ir::ValueId unscaled = x;
     const std::optional<double> c = in.op == ir::Op::ReduceMax || in.op == ir::Op::ReduceMin
                                         ? constant_factor(x, &unscaled)

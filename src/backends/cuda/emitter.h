@@ -150,7 +150,12 @@ class Emitter {
   // v = x * c with c a finite constant (nullopt otherwise; `x` receives the other operand), and
   // fast_math's exp(x * c - b) as exp(fma(x, c, -b)) ("" where the pattern does not hold).
   std::optional<double> constant_factor(ir::ValueId v, ir::ValueId* x) const;
-  std::string scaled_exp_expr(const ir::Inst& in) const;
+  struct ScaledExp {  // exp(x * c - b), c a constant (emit_elementwise.cc)
+    ir::ValueId x, b;
+    double c;
+  };
+  std::optional<ScaledExp> scaled_exp(const ir::Inst& in) const;
+  void emit_scaled_exp(const ir::Inst& in, const ScaledExp& f);
   // The element of v at `coords` (C++ text) as an expression, when v is cheap index arithmetic
   // (iota, constants, scalars, elementwise ops, reshapes and broadcasts of such); "" otherwise.
   std::string recompute(ir::ValueId v, const std::vector<std::string>& coords, int& budget) const;
