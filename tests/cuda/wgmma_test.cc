@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 
 #include "backends/cuda/nvrtc_compiler.h"
 #include "ops/attention.h"
@@ -212,8 +213,9 @@ TEST(CudaWgmma, PipelinedAttentionLoop) {
 // forward's exp reads q k^T itself, exp2(fma(qk, scale log2e, -m log2e)) (or exp(fma(qk, scale,
 // -m)) with PALLADIUM_CUDA_EXP2_FOLD=0), and the row max reads
 // it too, scaled once per row after the reduction; so no multiply by the scale remains per score.
-// Causal, the mask's select reads the scaled scores, and the loop keeps its multiply, subtraction
-// and exp, as it does with PALLADIUM_CUDA_FOLD_SCALE=0. Segment ids mask whole blocks of some rows
+// Causal, the mask's select reads the scaled scores; they stay unscaled in blocks below the
+// diagonal, and the max and exp(fma(s, flag ? scale : 1, -m)) take the scale there (lazy_scale.cc).
+// With PALLADIUM_CUDA_FOLD_SCALE=0 none of this. Segment ids mask whole blocks of some rows
 // (their max is then the mask value, -0.7 FLT_MAX): still exp(0) = 1 there, not the NaN of a max
 // scaled by log2(e) past FLT_MAX. Each against float64.
 TEST(CudaWgmma, SoftmaxScaleFoldsIntoAnFma) {
@@ -245,9 +247,13 @@ TEST(CudaWgmma, SoftmaxScaleFoldsIntoAnFma) {
       const std::string scale_log2e = hex(static_cast<float>(static_cast<double>(scale) * 1.4426950408889634));
       EXPECT_EQ(body.find("pl_fast_exp2(fmaf(") != std::string::npos, folded && fold == Fold::exp2);
       EXPECT_EQ(body.find(", " + scale_log2e + ", -pl_scaled_log2e(") != std::string::npos, folded && fold == Fold::exp2);
-      EXPECT_EQ(body.find("pl_fast_exp(fmaf(") != std::string::npos, folded && fold == Fold::fma);
       EXPECT_EQ(body.find(", " + hex(scale) + ", -") != std::string::npos, folded && fold == Fold::fma);
       EXPECT_EQ(body.find("= acc * " + hex(scale) + ";") != std::string::npos, folded);
+      // Causal: the scores stay unscaled in the blocks below the diagonal (lazy_scale.cc).
+      const bool lazy = causal && fold != Fold::off;
+      EXPECT_EQ(body.find("pl_fast_exp(fmaf(") != std::string::npos, (folded && fold == Fold::fma) || lazy);
+      EXPECT_EQ(body.find(" ? " + hex(scale) + " : 1.0f, -") != std::string::npos, lazy);
+      EXPECT_EQ(body.find(" ? acc * " + hex(scale) + " : acc;") != std::string::npos, lazy);
     }
   // Rows 80-127 of each sequence see keys 80-127 only: the first key block is wholly masked for them.
   const Shape shape{2, 128, 2, 64};
@@ -256,6 +262,48 @@ TEST(CudaWgmma, SoftmaxScaleFoldsIntoAnFma) {
   pl::ops::MhaOptions o{.sm_scale = 0.125f, .block_q = 64, .block_k = 64, .backend = "cuda"};
   expect_attention_matches_reference(normal(95, shape, bf16), normal(96, shape, bf16), normal(97, shape, bf16),
                                      pl::from_vector(ids, {2, 128}), normal(98, shape, bf16), o);
+}
+
+// A causal-style index mask over q k^T * c, read only by the row max and exp(t - max): in blocks
+// where the mask holds throughout, the scores stay unscaled in the dot's registers (lazy_scale.cc)
+// and the max and the exp take c through a block-uniform flag; elsewhere they are scaled and
+// masked in place. Program 0's rows are wholly masked (max = the mask value, exp(0) = 1 exactly),
+// programs 1 and 2 mixed, program 3 unmasked. Against the interpreter; and the flag is gone with
+// PALLADIUM_CUDA_FOLD_SCALE=0.
+TEST(CudaWgmma, MaskedScoresStayUnscaledWhereTheMaskHolds) {
+  PL_REQUIRE_NVRTC();
+  WgmmaOn on;
+  for (bool fold : {true, false}) {
+    SCOPED_TRACE(fold ? "folded" : "PALLADIUM_CUDA_FOLD_SCALE=0");
+    test_support::ScopedEnv env{"PALLADIUM_CUDA_FOLD_SCALE", fold ? "1" : "0"};
+    GeneratedSources sources("lazy-scale-test");
+    const float scale = fold ? 0.1251f : 0.1252f;
+    auto kernel = [scale](pl::Ref q, pl::Ref kt, pl::Ref o) {
+      pl::Value s = pl::dot(q[pl::all], kt[pl::all]) * scale;
+      pl::Value rows = pl::program_id(0) * 64 + jnp::iota(pl::i32, {64, 128}, 0);
+      pl::Value cols = jnp::iota(pl::i32, {64, 128}, 1);
+      pl::Value t = jnp::where(rows >= cols + 96, s, jnp::full({64, 128}, -0.7 * std::numeric_limits<float>::max(), pl::f32));
+      pl::Value m = jnp::broadcast_to(jnp::expand_dims(jnp::max(t, 1), 1), {64, 128});
+      o[pl::all] = jnp::exp(t - m);
+    };
+    CallOptions options{.grid = {4},
+                        .in_specs = {BlockSpec({64, 64}, [](Index i) { return idx(i, 0); }), BlockSpec()},
+                        .out_specs = {BlockSpec({64, 128}, [](Index i) { return idx(i, 0); })},
+                        .name = "lazy_scale",
+                        .debug = true};
+    options.compiler_params.fast_math = true;
+    const std::vector<Array> got = check_kernel(kernel, {ShapeDtype({256, 128}, f32)}, options,
+                                                {normal(71, {256, 64}, bf16), normal(72, {64, 128}, bf16)}, 2e-5);
+    const std::string source = sources.source("lazy_scale");
+    ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
+    EXPECT_EQ(source.find("const bool pl_unscaled") != std::string::npos, fold);
+    char factor[64];
+    std::snprintf(factor, sizeof factor, " ? acc * __int_as_float(0x%08x) : acc;", std::bit_cast<uint32_t>(scale));
+    EXPECT_EQ(source.find(factor) != std::string::npos, fold);
+    if (!results_are_real()) continue;
+    const Array host = to_host(got[0]);
+    for (int64_t i = 0; i < 64 * 128; i += 131) EXPECT_EQ(host.get(i), 1.0) << "wholly masked row, flat " << i;
+  }
 }
 
 // The pipelined attention forward (head_dim 128, one program per SM) is served by a producer

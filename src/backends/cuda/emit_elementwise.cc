@@ -233,14 +233,24 @@ std::optional<double> Emitter::constant_factor(ir::ValueId v, ir::ValueId* x) co
   return std::nullopt;
 }
 
-std::optional<Emitter::ScaledExp> Emitter::scaled_exp(const ir::Inst& in) const {
+std::optional<std::pair<ir::ValueId, ir::ValueId>> Emitter::exp_of_difference(const ir::Inst& in) const {
   if (!fold_scale_enabled() || !params_.fast_math || in.op != ir::Op::Exp || type(in.results[0]).dtype != DType::float32)
     return std::nullopt;
   const ir::Inst* sub = def(in.operands[0]);
   if (!sub || sub->op != ir::Op::Sub) return std::nullopt;
-  ScaledExp f{sub->operands[0], sub->operands[1], 0.0};
-  const std::optional<double> c = constant_factor(sub->operands[0], &f.x);
-  if (!c || type(f.b).dtype != DType::float32 || !layout_of(f.b).registers()) return std::nullopt;
+  const ir::ValueId b = sub->operands[1];
+  if (type(b).dtype != DType::float32 || !layout_of(b).registers()) return std::nullopt;
+  return std::pair{sub->operands[0], b};
+}
+
+std::optional<Emitter::ScaledExp> Emitter::scaled_exp(const ir::Inst& in) const {
+  const auto d = exp_of_difference(in);
+  if (!d) return std::nullopt;
+  if (const auto lazy = lazy_scaled_.find(d->first); lazy != lazy_scaled_.end())
+    return ScaledExp{d->first, d->second, lazy->second.c, lazy->second.flag};
+  ScaledExp f{d->first, d->second, 0.0, ""};
+  const std::optional<double> c = constant_factor(d->first, &f.x);
+  if (!c) return std::nullopt;
   f.c = *c;
   return f;
 }
@@ -249,7 +259,10 @@ void Emitter::emit_scaled_exp(const ir::Inst& in, const ScaledExp& f) {
   const ir::ValueId r = in.results[0];
   declare(r);
   open_slots(layout_of(r));
-  if (exp2_fold_enabled()) {
+  if (!f.lazy_flag.empty()) {  // x * c in blocks with the flag, the select's own value elsewhere
+    line(at(r) + " = " + fast_float_unary(ir::Op::Exp, "fmaf(" + at(f.x) + ", " + f.lazy_flag + " ? " +
+                                           literal(DType::float32, f.c, 0) + " : 1.0f, -" + at(f.b) + ")") + ";");
+  } else if (exp2_fold_enabled()) {
     line(at(r) + " = pl_fast_exp2(fmaf(" + at(f.x) + ", " + literal(DType::float32, f.c * 1.4426950408889634, 0) +
          ", -pl_scaled_log2e(" + at(f.b) + ")));");
   } else {
@@ -262,6 +275,7 @@ void Emitter::emit_elementwise(const ir::Inst& in) {
   const ir::ValueId r = in.results[0];
   if (alias_of.count(r)) return;  // an add folded into its dot's accumulator (emit_dot.cc)
   if (uniform_selects_.count(&in)) return emit_uniform_select(in);
+  if (lazy_muls_.count(&in)) return;  // x * c of a lazily scaled select, in its mixed branch (lazy_scale.cc)
   if (const std::optional<ScaledExp> f = scaled_exp(in)) return emit_scaled_exp(in, *f);
   std::vector<std::string> a;
   for (ir::ValueId v : in.operands) a.push_back(at(v));

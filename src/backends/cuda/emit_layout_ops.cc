@@ -228,6 +228,13 @@ Reduction reduction_for(ir::Op op, DType t, const std::string& round) {
 
 }  // namespace
 
+bool Emitter::mma_row_reduce(const ir::Inst& in) const {
+  if (ir::op_family(in.op) != ir::Family::Reduce || in.i0 != 1) return false;
+  const Layout& rl = layout_of(in.results[0]);
+  const Layout& xl = layout_of(in.operands[0]);
+  return xl.kind == LayoutKind::Mma && xl.warps_n == 1 && rl.kind == LayoutKind::RowSlice && rl.warps_m == xl.warps_m;
+}
+
 void Emitter::emit_reduce(const ir::Inst& in) {
   const ir::ValueId r = in.results[0], x = in.operands[0];
   const int axis = static_cast<int>(in.i0);
@@ -241,8 +248,7 @@ void Emitter::emit_reduce(const ir::Inst& in) {
   // lanes holding one row) combines through shuffles. One chain per row: folding into eight
   // partial results, then pairwise, ran no faster in the attention forward (H100, stop 36 job 1,
   // `h100_stop36_job1_attn_tree*` against `_base*`: every row within noise).
-  if (xl.kind == LayoutKind::Mma && axis == 1 && xl.warps_n == 1 && rl.kind == LayoutKind::RowSlice &&
-      rl.warps_m == xl.warps_m) {
+  if (mma_row_reduce(in)) {
     const std::string tn = std::to_string(xl.tiles_n);
     // The max (or min) of x * c, c > 0, is the max of x times c, exactly (scaled_exp).
     ir::ValueId unscaled = x;
@@ -276,7 +282,12 @@ void Emitter::emit_reduce(const ir::Inst& in) {
       line(red.step);
     }
     close();
-    line(at(r) + " = " + red.finish + (rescale ? " * " + literal(DType::float32, factor, 0) : "") + ";");
+    const auto lazy = lazy_scaled_.find(x);  // x holds x / c where its flag is set (lazy_scale.cc)
+    if (lazy != lazy_scaled_.end())
+      line(at(r) + " = " + lazy->second.flag + " ? " + red.finish + " * " + literal(DType::float32, lazy->second.c, 0) +
+           " : " + red.finish + ";");
+    else
+      line(at(r) + " = " + red.finish + (rescale ? " * " + literal(DType::float32, factor, 0) : "") + ";");
     close();
     return;
   }

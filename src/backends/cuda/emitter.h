@@ -153,7 +153,12 @@ class Emitter {
   struct ScaledExp {  // exp(x * c - b), c a constant (emit_elementwise.cc)
     ir::ValueId x, b;
     double c;
+    std::string lazy_flag;  // x is a lazily scaled select (lazy_scale.cc): c applies where this holds
   };
+  // exp(a - b) of float32 registers with fast_math, the form the fold reads: a and b, or nullopt.
+  std::optional<std::pair<ir::ValueId, ir::ValueId>> exp_of_difference(const ir::Inst& in) const;
+  // A row reduction of an mma accumulator, done by the quad's shuffles (emit_reduce).
+  bool mma_row_reduce(const ir::Inst& in) const;
   std::optional<ScaledExp> scaled_exp(const ir::Inst& in) const;
   void emit_scaled_exp(const ir::Inst& in, const ScaledExp& f);
   // The element of v at `coords` (C++ text) as an expression, when v is cheap index arithmetic
@@ -174,6 +179,17 @@ class Emitter {
   bool deferred(const ir::Inst& in) const;  // computed inside a uniform select's mixed branch instead
   void emit_uniform_select(const ir::Inst& in);
   std::set<const ir::Inst*> uniform_selects_;
+  // Uniform selects of x * c (c > 0) read only by row maxima and the softmax's exp (lazy_scale.cc):
+  // held as x, unscaled, in blocks where the predicate holds throughout (`flag`).
+  struct LazyScale {
+    ir::ValueId unscaled;
+    double c;
+    std::string flag;
+  };
+  std::map<ir::ValueId, LazyScale> lazy_scaled_;
+  std::set<const ir::Inst*> lazy_muls_;  // their x * c, computed in the mixed branch only
+  void find_lazy_scales();
+  bool emit_lazy_select(const ir::Inst& in, const std::string& pred);
   std::set<ir::ValueId> deferred_index_;
   void emit_broadcast(const ir::Inst& in);            // emit_layout_ops.cc
   void emit_reshape(const ir::Inst& in);

@@ -457,6 +457,7 @@ void Emitter::plan() {
   choose_producer();
   choose_cluster();
   find_uniform_selects();
+  find_lazy_scales();
 
   // Global scratch: Memory tiles (each its own buffer), then the global staging area.
   scratch_offset_.assign(nv, -1);

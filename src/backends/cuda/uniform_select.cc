@@ -207,6 +207,7 @@ void Emitter::emit_uniform_select(const ir::Inst& in) {
     p = recompute(pred, coords, budget);
   }
   line("// select " + name(r) + ": all true or mixed over the block");
+  if (emit_lazy_select(in, p)) return;
   // In the on-true value's registers where the select is its only reader (the attention scores):
   // no copy, and no more registers live than without the mask.
   const ir::Inst* xd = def(x);
