@@ -88,7 +88,9 @@ for part in "${parts[@]}"; do
       # running out of time leaves the others' rows.
       export PL_BENCH_CACHE_DIR=/tmp/pl-bench-cache-$$
       rm -rf "$PL_BENCH_CACHE_DIR"
-      stage cuda_bench ${PL_T_BENCH:-150} "$BIN/cuda_bench" ${PL_BENCH_PARTS:-compile add matmul indrnn launch}
+      # The autotuner's report (each candidate's time and its pick) goes into the log: stop 39 job 2
+      # saw jit(jnp::matmul) at 8192^3 pick a tiling slower than its best candidate.
+      stage cuda_bench ${PL_T_BENCH:-150} env PALLADIUM_AUTOTUNE_VERBOSE=1 "$BIN/cuda_bench" ${PL_BENCH_PARTS:-compile add matmul indrnn launch}
       if [ -z "${PL_BENCH_PARTS:-}" ]; then
         stage cuda_bench_attention ${PL_T_ATTN:-120} "$BIN/cuda_bench" attention
         stage cuda_bench_attention_bwd ${PL_T_ATTN_BWD:-150} "$BIN/cuda_bench" attention-bwd
