@@ -243,31 +243,39 @@ std::optional<std::pair<ir::ValueId, ir::ValueId>> Emitter::exp_of_difference(co
   return std::pair{sub->operands[0], b};
 }
 
+std::optional<Emitter::Scaled> Emitter::scaled_value(ir::ValueId v) const {
+  if (const auto lazy = lazy_scaled_.find(v); lazy != lazy_scaled_.end()) return Scaled{v, lazy->second.c, lazy->second.flag};
+  ir::ValueId x = v;
+  if (const std::optional<double> c = constant_factor(v, &x)) return Scaled{x, *c, ""};
+  return std::nullopt;
+}
+
+std::string Emitter::scaled_by(const Scaled& s, const std::string& v) const {
+  const std::string c = literal(DType::float32, s.c, 0);
+  return s.flag.empty() ? v + " * " + c : s.flag + " ? " + v + " * " + c + " : " + v;
+}
+
 std::optional<Emitter::ScaledExp> Emitter::scaled_exp(const ir::Inst& in) const {
   const auto d = exp_of_difference(in);
   if (!d) return std::nullopt;
-  if (const auto lazy = lazy_scaled_.find(d->first); lazy != lazy_scaled_.end())
-    return ScaledExp{d->first, d->second, lazy->second.c, lazy->second.flag};
-  ScaledExp f{d->first, d->second, 0.0, ""};
-  const std::optional<double> c = constant_factor(d->first, &f.x);
-  if (!c) return std::nullopt;
-  f.c = *c;
-  return f;
+  const std::optional<Scaled> a = scaled_value(d->first);
+  if (!a) return std::nullopt;
+  return ScaledExp{*a, d->second};
 }
 
+// A lazily scaled select's exp keeps the subtraction exact in its mixed blocks (fma(s, 1, -b)),
+// so it takes stop 38's form; the exp2 form's b log2e rounding would not cancel there.
 void Emitter::emit_scaled_exp(const ir::Inst& in, const ScaledExp& f) {
   const ir::ValueId r = in.results[0];
   declare(r);
   open_slots(layout_of(r));
-  if (!f.lazy_flag.empty()) {  // x * c in blocks with the flag, the select's own value elsewhere
-    line(at(r) + " = " + fast_float_unary(ir::Op::Exp, "fmaf(" + at(f.x) + ", " + f.lazy_flag + " ? " +
-                                           literal(DType::float32, f.c, 0) + " : 1.0f, -" + at(f.b) + ")") + ";");
-  } else if (exp2_fold_enabled()) {
-    line(at(r) + " = pl_fast_exp2(fmaf(" + at(f.x) + ", " + literal(DType::float32, f.c * 1.4426950408889634, 0) +
+  if (f.a.flag.empty() && exp2_fold_enabled())
+    line(at(r) + " = pl_fast_exp2(fmaf(" + at(f.a.x) + ", " + literal(DType::float32, f.a.c * 1.4426950408889634, 0) +
          ", -pl_scaled_log2e(" + at(f.b) + ")));");
-  } else {
-    line(at(r) + " = " + fast_float_unary(ir::Op::Exp, "fmaf(" + at(f.x) + ", " + literal(DType::float32, f.c, 0) + ", -" + at(f.b) + ")") + ";");
-  }
+  else
+    line(at(r) + " = " + fast_float_unary(ir::Op::Exp, "fmaf(" + at(f.a.x) + ", " +
+                                           (f.a.flag.empty() ? "" : f.a.flag + " ? ") + literal(DType::float32, f.a.c, 0) +
+                                           (f.a.flag.empty() ? "" : " : 1.0f") + ", -" + at(f.b) + ")") + ";");
   close();
 }
 

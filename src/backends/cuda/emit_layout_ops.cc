@@ -251,13 +251,11 @@ void Emitter::emit_reduce(const ir::Inst& in) {
   if (mma_row_reduce(in)) {
     const std::string tn = std::to_string(xl.tiles_n);
     // The max (or min) of x * c, c > 0, is the max of x times c, exactly (scaled_exp).
-    ir::ValueId unscaled = x;
-    const std::optional<double> c = in.op == ir::Op::ReduceMax || in.op == ir::Op::ReduceMin
-                                        ? constant_factor(x, &unscaled)
-                                        : std::nullopt;
-    const double factor = c ? *c : 0.0;
-    const bool rescale = factor > 0 && layout_of(unscaled).kind == LayoutKind::Mma && layout_of(unscaled).id == xl.id;
-    const ir::ValueId read = rescale ? unscaled : x;
+    std::optional<Scaled> scaled;
+    if (in.op == ir::Op::ReduceMax || in.op == ir::Op::ReduceMin) scaled = scaled_value(x);
+    const bool rescale = scaled && scaled->c > 0 && layout_of(scaled->x).kind == LayoutKind::Mma &&
+                         layout_of(scaled->x).id == xl.id;
+    const ir::ValueId read = rescale ? scaled->x : x;
     declare(r);
     line("#pragma unroll");
     open("for (int s = 0; s < " + std::to_string(rl.slots) + "; ++s)");
@@ -282,12 +280,7 @@ void Emitter::emit_reduce(const ir::Inst& in) {
       line(red.step);
     }
     close();
-    const auto lazy = lazy_scaled_.find(x);  // x holds x / c where its flag is set (lazy_scale.cc)
-    if (lazy != lazy_scaled_.end())
-      line(at(r) + " = " + lazy->second.flag + " ? " + red.finish + " * " + literal(DType::float32, lazy->second.c, 0) +
-           " : " + red.finish + ";");
-    else
-      line(at(r) + " = " + red.finish + (rescale ? " * " + literal(DType::float32, factor, 0) : "") + ";");
+    line(at(r) + " = " + (rescale ? scaled_by(*scaled, red.finish) : red.finish) + ";");
     close();
     return;
   }

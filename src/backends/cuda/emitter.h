@@ -147,18 +147,25 @@ class Emitter {
   void emit_elementwise(const ir::Inst& in);
   std::string elementwise_expr(const ir::Inst& in, const std::vector<std::string>& operands) const;
   // The softmax step folded (emit_elementwise.cc): a float32 value's constant factor, where it is
-  // v = x * c with c a finite constant (nullopt otherwise; `x` receives the other operand), and
-  // fast_math's exp(x * c - b) as exp(fma(x, c, -b)) ("" where the pattern does not hold).
+  // v = x * c with c a finite constant (nullopt otherwise; `x` receives the other operand).
   std::optional<double> constant_factor(ir::ValueId v, ir::ValueId* x) const;
-  struct ScaledExp {  // exp(x * c - b), c a constant (emit_elementwise.cc)
-    ir::ValueId x, b;
+  // v as x * c for its readers: a multiply by a constant (x its other operand), or a lazily scaled
+  // select (lazy_scale.cc: x is v itself, whose registers hold v / c where `flag` holds).
+  struct Scaled {
+    ir::ValueId x;
     double c;
-    std::string lazy_flag;  // x is a lazily scaled select (lazy_scale.cc): c applies where this holds
+    std::string flag;  // "" where c always applies
   };
+  std::optional<Scaled> scaled_value(ir::ValueId v) const;
+  std::string scaled_by(const Scaled& s, const std::string& v) const;  // v * c, or flag ? v * c : v
   // exp(a - b) of float32 registers with fast_math, the form the fold reads: a and b, or nullopt.
   std::optional<std::pair<ir::ValueId, ir::ValueId>> exp_of_difference(const ir::Inst& in) const;
   // A row reduction of an mma accumulator, done by the quad's shuffles (emit_reduce).
   bool mma_row_reduce(const ir::Inst& in) const;
+  struct ScaledExp {  // exp(x * c - b)
+    Scaled a;
+    ir::ValueId b;
+  };
   std::optional<ScaledExp> scaled_exp(const ir::Inst& in) const;
   void emit_scaled_exp(const ir::Inst& in, const ScaledExp& f);
   // The element of v at `coords` (C++ text) as an expression, when v is cheap index arithmetic
@@ -189,7 +196,6 @@ class Emitter {
   std::map<ir::ValueId, LazyScale> lazy_scaled_;
   std::set<const ir::Inst*> lazy_muls_;  // their x * c, computed in the mixed branch only
   void find_lazy_scales();
-  bool emit_lazy_select(const ir::Inst& in, const std::string& pred);
   std::set<ir::ValueId> deferred_index_;
   void emit_broadcast(const ir::Inst& in);            // emit_layout_ops.cc
   void emit_reshape(const ir::Inst& in);

@@ -40,10 +40,11 @@ void Emitter::find_lazy_scales() {
     const ir::ValueId r = s->results[0], scaled = s->operands[1];
     ir::ValueId x = scaled;
     const std::optional<double> c = constant_factor(scaled, &x);
-    if (!c || *c <= 0 || scaled == s->operands[2] || x == s->operands[0] || x == s->operands[2]) continue;
+    if (!c || *c <= 0) continue;
     const Layout& l = layout_of(r);
-    // The select overwrites x's registers: x and x * c have no other reader, and x is a plain
-    // register value of r's layout (not a loop carry, an alias or a shared-memory home).
+    // The select overwrites x's registers (emit_uniform_select): x and x * c have no other reader
+    // (not the predicate nor the other branch either), and x is a plain register value of r's
+    // layout (not a loop carry, an alias or a shared-memory home).
     const ir::Inst* xd = def(x);
     if (!l.registers() || uses(scaled) != 1 || uses(x) != 1 || layout_of(x).id != l.id || !xd ||
         xd->regions.size() != 0 || alias_of.count(x) || alias_of.count(scaled) || alias_of.count(r) ||
@@ -65,25 +66,6 @@ void Emitter::find_lazy_scales() {
     lazy_scaled_[r] = LazyScale{x, *c, "pl_unscaled" + std::to_string(r)};
     lazy_muls_.insert(def(scaled));
   }
-}
-
-// The select in x's registers: unscaled where the predicate holds throughout, else scaled and
-// masked. `pred` is the predicate's element in the slot loop.
-bool Emitter::emit_lazy_select(const ir::Inst& in, const std::string& pred) {
-  const ir::ValueId r = in.results[0];
-  const auto lazy = lazy_scaled_.find(r);
-  if (lazy == lazy_scaled_.end()) return false;
-  const LazyScale& z = lazy->second;
-  const UniformTest test = *uniform_test(in.operands[0]);
-  name_override_[r] = name(z.unscaled);
-  line("const bool " + z.flag + " = " + test.all_true + ";");
-  open("if (!" + z.flag + ")");
-  open_slots(layout_of(r));
-  line(at(r) + " = " + at(r) + " * " + literal(DType::float32, z.c, 0) + ";");
-  line("if (!(" + pred + ")) " + at(r) + " = " + at(in.operands[2]) + ";");
-  close();
-  close();
-  return true;
 }
 
 }  // namespace palladium::cuda

@@ -207,17 +207,28 @@ void Emitter::emit_uniform_select(const ir::Inst& in) {
     p = recompute(pred, coords, budget);
   }
   line("// select " + name(r) + ": all true or mixed over the block");
-  if (emit_lazy_select(in, p)) return;
   // In the on-true value's registers where the select is its only reader (the attention scores):
-  // no copy, and no more registers live than without the mask.
+  // no copy, and no more registers live than without the mask. A lazily scaled select
+  // (lazy_scale.cc) lives in its unscaled operand's registers and scales them in the mixed blocks
+  // (that operand's dot is retired: its multiply, emitted as nothing, read it first).
   const ir::Inst* xd = def(x);
-  const bool in_place = uses(x) == 1 && x != y && layout_of(x).id == l.id && l.registers() && xd &&
-                        std::find(xd->results.begin(), xd->results.end(), x) != xd->results.end() &&
-                        !dots_in_flight_.count(x);
+  const auto lazy = lazy_scaled_.find(r);
+  const bool in_place = lazy != lazy_scaled_.end() ||
+                        (uses(x) == 1 && x != y && layout_of(x).id == l.id && l.registers() && xd &&
+                         std::find(xd->results.begin(), xd->results.end(), x) != xd->results.end() &&
+                         !dots_in_flight_.count(x));
   if (in_place) {
-    name_override_[r] = name(x);
-    open("if (!" + test.all_true + ")");
+    std::string all_true = test.all_true;
+    if (lazy != lazy_scaled_.end()) {
+      name_override_[r] = name(lazy->second.unscaled);
+      line("const bool " + lazy->second.flag + " = " + all_true + ";");
+      all_true = lazy->second.flag;
+    } else {
+      name_override_[r] = name(x);
+    }
+    open("if (!" + all_true + ")");
     open_slots(l);
+    if (lazy != lazy_scaled_.end()) line(at(r) + " = " + at(r) + " * " + literal(DType::float32, lazy->second.c, 0) + ";");
     line("if (!(" + p + ")) " + at(r) + " = " + at(y) + ";");
     close();
     close();
