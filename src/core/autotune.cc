@@ -74,23 +74,39 @@ std::string disk_key(const CallImpl& call, const std::vector<Array>& inputs, Dev
 // Made at each use (a signature's first call only): PALLADIUM_CACHE_DIR as it is then.
 backend::DiskCache disk() { return backend::DiskCache("autotune"); }
 
-// The best of a few runs, after one that compiles and warms up; infinity where the candidate fails.
-double seconds_of(const CallImpl& c, const std::vector<Array>& inputs, Device d, std::string* why) {
-  try {
-    (void)invoke(c, inputs);
-    wait_for(d);
-    double best = std::numeric_limits<double>::infinity();
-    for (int r = 0; r < 5; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      (void)invoke(c, inputs);
-      wait_for(d);
-      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+// One timed call of a candidate; it throws where the candidate fails.
+double seconds_of_one(const CallImpl& c, const std::vector<Array>& inputs, Device d) {
+  const auto t0 = std::chrono::steady_clock::now();
+  (void)invoke(c, inputs);
+  wait_for(d);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Each candidate's best of kRounds runs, after one that compiles and warms it up; infinity where it
+// fails. The runs go in rounds, each round timing every candidate once, so that a drift of the
+// device's clocks or of the machine's load while timing touches every candidate alike; timed one
+// after another, a slower candidate that ran during a fast spell could win. (H100, stop 39 job 2:
+// the 8192^3 matmul's pick, timed so, ran 1.515 ms where another tiling ran 1.404.)
+constexpr int kRounds = 5;
+std::vector<double> seconds_of(const CallImpl& call, const std::vector<Array>& inputs, Device d,
+                               std::vector<std::string>* why) {
+  const size_t n = call.choices.size();
+  std::vector<double> best(n, std::numeric_limits<double>::infinity());
+  std::vector<bool> alive(n, true);
+  auto attempt = [&](size_t i, auto&& run) {
+    try {
+      run();
+    } catch (const std::exception& e) {
+      (*why)[i] = e.what();
+      alive[i] = false;
+      best[i] = std::numeric_limits<double>::infinity();
     }
-    return best;
-  } catch (const std::exception& e) {
-    *why = e.what();
-    return std::numeric_limits<double>::infinity();
-  }
+  };
+  for (size_t i = 0; i < n; ++i) attempt(i, [&] { (void)seconds_of_one(*call.choices[i], inputs, d); });
+  for (int r = 0; r < kRounds; ++r)
+    for (size_t i = 0; i < n; ++i)
+      if (alive[i]) attempt(i, [&] { best[i] = std::min(best[i], seconds_of_one(*call.choices[i], inputs, d)); });
+  return best;
 }
 
 size_t choose(const CallImpl& call, const std::vector<Array>& inputs) {
@@ -106,17 +122,15 @@ size_t choose(const CallImpl& call, const std::vector<Array>& inputs) {
       if (call.choice_labels[i] == *stored) return t.chosen[mine] = i;
   // Timing launches kernels beyond the one of a call: a CUDA graph recorded now would hold them.
   if (cuda::recording()) cuda::mark_unusable("autotune '" + call.choice_name + "' timed its candidates");
+  std::vector<std::string> why(call.choices.size());
+  const std::vector<double> times = seconds_of(call, inputs, d, &why);
   size_t best = 0;
   double best_s = std::numeric_limits<double>::infinity();
   std::string failures;
-  std::vector<double> times;
   for (size_t i = 0; i < call.choices.size(); ++i) {
-    std::string why;
-    const double s = seconds_of(*call.choices[i], inputs, d, &why);
-    times.push_back(s);
-    if (!why.empty()) failures += "\n  " + call.choice_labels[i] + ": " + why;
-    if (s < best_s) {
-      best_s = s;
+    if (!why[i].empty()) failures += "\n  " + call.choice_labels[i] + ": " + why[i];
+    if (times[i] < best_s) {
+      best_s = times[i];
       best = i;
     }
   }
