@@ -48,6 +48,19 @@ template <class V> PL_INLINE void gemm_write_vector(float* p, V out, bool accumu
   __builtin_memcpy(p, &out, sizeof out);
 }
 
+// Asks for the MR x NR tile of C at c (row stride ldc) in L2 before the k loop that ends by
+// reading and writing it. Its rows lie a whole row of C apart, a stride no hardware prefetcher
+// follows, so without this every kernel ended on MR demand misses to L3; the k loop (thousands of
+// cycles) hides the prefetch. 2048^3 in 512 x 512 blocks, 1 thread, Xeon (AVX-512, stop 40):
+// 116.8 -> 111.2 ms and 121.3 -> 118.3 in two runs against OpenBLAS's 99.8 and 106.9 ms;
+// 1024^3: 15.3 -> 14.2 ms against 14.0.
+PL_INLINE void gemm_prefetch_c_tile(const float* c, int64_t ldc) {
+  for (int r = 0; r < kGemmMR; ++r) {
+    for (int j = 0; j < kGemmNR; j += 16) __builtin_prefetch(c + r * ldc + j, 1, 2);  // 16 floats: a line
+    __builtin_prefetch(c + r * ldc + kGemmNR - 1, 1, 2);  // the row's last line, where c is not aligned
+  }
+}
+
 // C tile (MR x NR, row stride ldc) (=|+=) sum over k of a_panel[k][0..MR) (x) b_panel[k][0..NR).
 // Contraction to fused multiply-add is asked for here (kernels compile with -ffp-contract=off, so
 // that elementwise code rounds like the interpreter; the GEMM may fuse).
@@ -89,6 +102,7 @@ PL_CONTRACT_FAST_FUNCTION __attribute__((noinline)) inline void gemm_packed_kern
                                                                                            int64_t ldc, bool accumulate) {
   static_assert(kGemmMR == 6 && kGemmNR == 16, "the assembly's panel steps (24 and 64 bytes) assume 6 x 16");
   typedef float V8 __attribute__((vector_size(32)));
+  gemm_prefetch_c_tile(c, ldc);
   V8 c00{}, c01{}, c10{}, c11{}, c20{}, c21{}, c30{}, c31{}, c40{}, c41{}, c50{}, c51{};
   int64_t blocks = kc / 4;
   if (blocks > 0)
@@ -136,6 +150,7 @@ PL_CONTRACT_FAST_FUNCTION __attribute__((noinline)) void gemm_micro_kernel(int64
     a_row_step = 1;
     a_k_step = kGemmMR;
   }
+  gemm_prefetch_c_tile(c, ldc);
   GemmVector acc[kGemmMR][kGemmVectorsPerRow];
 #pragma GCC unroll 16
   for (int r = 0; r < kGemmMR; ++r)
