@@ -122,12 +122,15 @@ PL_INLINE void store_chunk_streaming(float* __restrict dst, const float* __restr
 
 // Software prefetch of a streamed row's inputs, one per 64-byte line of a 64-element chunk, 4096
 // elements ahead into L2 (prefetcht2), where PL_CPU_STREAM_PREFETCH is 1 and one thread runs the
-// launch (stream_prefetch). The host compiler sets it on Intel CPUs (host_compiler.cc; override
-// with PALLADIUM_CPU_CXXFLAGS=-DPL_CPU_STREAM_PREFETCH=0 or =1): on the H100 machine's Xeon the
-// generated add of 2^26 float32 (block 65536) ran 37.9 ms at one thread with it (42.5 without,
-// stop 33; memcpy 27.8; stop 34 job 3: 41.5 against 46.2) but 22.9 against 18.6 ms at two
-// threads (stop 34 job 2, same binary) and alike at 16; on the Zen 4 it cost 45% at one thread
-// (20.4 -> 29.4-31.0 ms, stop 34).
+// launch (stream_prefetch). Opt-in, through PALLADIUM_CPU_CXXFLAGS=-DPL_CPU_STREAM_PREFETCH=1: on
+// the H100 machine's Xeon the generated add of 2^26 float32 (block 65536) ran 37.9 ms at one
+// thread with it (42.5 without, stop 33; memcpy 27.8; stop 34 job 3: 41.5 against 46.2) but 22.9
+// against 18.6 ms at two threads (stop 34 job 2, same binary) and alike at 16; on the Zen 4 it
+// cost 45% at one thread (20.4 -> 29.4-31.0 ms, stop 34). From stop 35 to 39 it was the default
+// on Intel CPUs; stop 40 measured it costing 15-24% at one thread on a 2-core Xeon with AVX-512
+// (40.3, 40.2, 40.9 ms against 32.8, 35.2, 33.0 without, alternating runs of one binary, memcpy
+// 22-23 ms) while the H100 host (job 2) gave 51.9 and 37.7 ms with it against 39.7 and 47.3 without
+// (shared, noisier than the difference), so the default is now off everywhere.
 #if !defined(PL_CPU_STREAM_PREFETCH)
 #define PL_CPU_STREAM_PREFETCH 0
 #endif

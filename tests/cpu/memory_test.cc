@@ -215,7 +215,7 @@ TEST(CpuMemory, LargeTwoDimensionalOutputsAreStreamedInChunks) {
 }
 
 // The input prefetch of streamed rows runs where one thread runs the launch and the kernel was
-// built with PL_CPU_STREAM_PREFETCH=1 (Intel CPUs by default): a float32 add of 2^24 elements
+// built with PL_CPU_STREAM_PREFETCH=1 (opt-in): a float32 add of 2^24 elements
 // with the flag forced, at one thread (this test sets PALLADIUM_NUM_THREADS before the pool
 // starts; run alone, as ctest runs it), against the interpreter bit for bit.
 TEST(CpuMemory, StreamedInputsPrefetchAtOneThread) {

@@ -152,8 +152,8 @@ std::vector<std::string> compile_flags(const HostCompiler& compiler) {
                                     "-fno-trapping-math", "-fwrapv", "-ffp-contract=off", "-fvisibility=hidden", "-w"};
   if (compiler_identity(compiler).find("clang") == std::string::npos)
     flags.push_back("-fno-tree-loop-distribute-patterns");
-  // Streamed rows prefetch their inputs at one thread on Intel CPUs (device/cpu/tile_memory.h).
-  if (target_cpu().find("GenuineIntel") != std::string::npos) flags.push_back("-DPL_CPU_STREAM_PREFETCH=1");
+  // Streamed rows' input prefetch (device/cpu/tile_memory.h) is opt-in: -DPL_CPU_STREAM_PREFETCH=1
+  // through PALLADIUM_CPU_CXXFLAGS.
   if (const char* extra = std::getenv("PALLADIUM_CPU_CXXFLAGS"))
     for (const std::string& w : split_words(extra)) flags.push_back(w);
   return flags;
