@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -277,7 +278,10 @@ void bench_matmul_size(int64_t n) {
                   std::to_string(c.warps) + " s" + std::to_string(c.stages) + " vs float64 (64 samples)",
               std::sqrt(num / den), 1e-2);
       }
-      const double ms = kernel_ms([&] { out = mm(a, b); }, 2, 10);
+      // Queued calls timed by events, as cuBLASLt and the jitted matmul above are, so that the rows
+      // compare: per-launch timing (kernel_ms, the GPU idle between launches) had this kernel at
+      // 1.420 ms where the jitted program running it replayed at 1.475 (H100, stop 40 job 1).
+      const double ms = events_ms([&] { out = mm(a, b); }, 10);
       report("matmul bf16", shape, "palladium " + std::to_string(c.bm) + "x" + std::to_string(c.bn) + "x" +
                                           std::to_string(c.bk) + " w" + std::to_string(c.warps) + " s" +
                                           std::to_string(c.stages), ms, tflops(flops, ms));
@@ -438,6 +442,21 @@ void bench_attention_backward() {
   const char* atomic_env = std::getenv("PL_BENCH_ATTN_ATOMIC");
   std::vector<Config> configs{{128, 64, 0, Dq::SeparateLoop}, {64, 64, 0, Dq::SeparateLoop}};
   if (atomic_env && std::string(atomic_env) == "1") configs.push_back({128, 64, 0, Dq::Atomic});
+  // PL_BENCH_ATTN_BWD_CONFIGS="fwd/bwd/stages,...", e.g. "128/64/0,128/128/0", replaces the list
+  // (to try other backward blocks within one stage's time).
+  if (const char* list = std::getenv("PL_BENCH_ATTN_BWD_CONFIGS"); list && *list) {
+    configs.clear();
+    std::stringstream items(list);
+    for (std::string item; std::getline(items, item, ',');) {
+      Config cfg{0, 0, 0, Dq::SeparateLoop};
+      if (std::sscanf(item.c_str(), "%ld/%ld/%d", &cfg.fwd_block, &cfg.bwd_block, &cfg.stages) != 3 || cfg.fwd_block <= 0 ||
+          cfg.bwd_block <= 0 || cfg.stages < 0) {
+        fail("PL_BENCH_ATTN_BWD_CONFIGS: '" + item + "' is not fwd/bwd/stages (positive blocks, stages 0 for the default)");
+        return;
+      }
+      configs.push_back(cfg);
+    }
+  }
   for_each_attention_case([&configs](const AttentionCase& c) {
     for (const Config& cfg : configs) {
       pl::ops::MhaOptions o{.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d))),
