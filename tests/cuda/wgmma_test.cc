@@ -506,6 +506,45 @@ TEST(CudaWgmma, AttentionForwardWarpgroupsTakeTurns) {
     }
 }
 
+// Where the programs' loops run longer along the axis walked fastest (the causal forward: its loop
+// runs to its q block), the forward is persistent by default where its programs number at least
+// 128 (length - 1), and its launch takes a block count coprime to that axis's length, provided the
+// programs give every block at least length - 1 of them (balanced_blocks);
+// PALLADIUM_CUDA_PERSISTENT=alike keeps it a block per program (stop 39's choice), as do fewer
+// programs. The resident count capped at 8: 128 programs of 2 q blocks run on 7 blocks, each
+// walking both q blocks in turn; 64 programs of 4 q blocks are not persistent. Against float64
+// (on a GPU).
+TEST(CudaWgmma, CausalForwardRunsPersistentAtABalancedBlockCount) {
+  EXPECT_EQ(cuda::balanced_blocks(4096, 132, 16), 131);
+  EXPECT_EQ(cuda::balanced_blocks(2048, 132, 16), 131);   // 131 * 15 = 1965 programs walk every q block
+  EXPECT_EQ(cuda::balanced_blocks(2048, 264, 16), 2048);  // 263 blocks would get under 15 programs each
+  EXPECT_EQ(cuda::balanced_blocks(4096, 132, 64), 4096);
+  EXPECT_EQ(cuda::balanced_blocks(2000, 130, 15), 128);   // 130 and 129 share a factor with 15
+  EXPECT_EQ(cuda::balanced_blocks(48, 8, 4), 7);
+  EXPECT_EQ(cuda::balanced_blocks(20, 1, 16), 1);
+  PL_REQUIRE_NVRTC();
+  WgmmaOn on;
+  test_support::ScopedEnv blocks{"PALLADIUM_CUDA_PERSISTENT_BLOCKS", "8"};
+  int index = 0;
+  struct Variant {
+    std::string mode;
+    Shape shape;
+    bool persistent;
+  };
+  for (const Variant& v : {Variant{"", {4, 256, 16, 128}, true}, Variant{"alike", {4, 256, 16, 128}, false},
+                           Variant{"", {1, 512, 16, 128}, false}}) {
+    SCOPED_TRACE("PALLADIUM_CUDA_PERSISTENT='" + v.mode + "', " + shape_str(v.shape));
+    test_support::ScopedEnv persist{"PALLADIUM_CUDA_PERSISTENT", v.mode};
+    const std::string source = checked_attention_source(
+        "mha_forward", v.shape, 97 + static_cast<uint64_t>(index),
+        {.sm_scale = 0.121f + 0.001f * static_cast<float>(index), .causal = true, .block_q = 128, .block_k = 64}, false);
+    ++index;
+    ASSERT_FALSE(source.empty()) << "no generated source";
+    EXPECT_NE(source.find("pl_regs_increase<240>();"), std::string::npos) << "no producer warpgroup";
+    EXPECT_EQ(source.find("for (long long pl_block = pl_first_block;") != std::string::npos, v.persistent);
+  }
+}
+
 // The default ping-pong: in the software-pipelined forward loop the two consumer
 // warpgroups take turns at issuing the next q k^T and this p v (one wait before the pair, one pass
 // after it); the prologue's first q k^T is a turn of its own. Warpgroup 1 hands over the first

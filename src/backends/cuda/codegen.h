@@ -55,6 +55,10 @@ struct GeneratedKernel {
   // Each block walks programs pl_block, pl_block + blocks, ... (emit_producer.cc): launch no more
   // blocks than can be resident at once.
   bool persistent = false;
+  // A persistent kernel whose programs' loops run longer along the axis walked fastest: that axis's
+  // length, for the launch to choose a block count that shares the work alike (cuda_backend.cc,
+  // balanced_blocks); 0 where the loops run alike.
+  int64_t balance_length = 0;
   // Blocks per thread-block cluster (emit_cluster.cc), along the launch grid's x: the grid's x
   // extent must be a multiple of it, and a persistent launch is sized by the resident clusters.
   int cluster = 1;

@@ -19,4 +19,7 @@ double last_launch_ms();
 
 // Forgets the in-memory table of loaded modules, so the next compile goes to the disk cache.
 void clear_module_cache();
+// A persistent launch's block count where the programs' work grows along the axis walked fastest
+// (GeneratedKernel::balance_length): at most `resident`, coprime to `length`, or `programs`.
+int64_t balanced_blocks(int64_t programs, int64_t resident, int64_t length);
 }  // namespace palladium::cuda

@@ -516,6 +516,7 @@ GeneratedKernel Emitter::run() {
   // scratch or records; persistent_eligible): a block runs programs pl_block, pl_block + blocks,
   // ..., its producer filling the ring for the next program while the consumers store this one's.
   g.persistent = persistent_eligible() && debug_prints_.empty() && !params_.checks && g.scratch_bytes == 0;
+  g.balance_length = g.persistent ? balance_length() : 0;
   src << "  extern __shared__ __align__(1024) unsigned char pl_smem[];\n";
   src << "  const long long pl_first_block = (long long)blockIdx.x + (long long)blockIdx.y * gridDim.x;\n";
   if (!g.persistent) {

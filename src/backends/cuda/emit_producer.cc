@@ -234,12 +234,14 @@ bool Emitter::runs_alike(const ir::Inst& loop) const {
   return program_axes_of(loop.operands[0]).empty() && program_axes_of(loop.operands[1]).empty();
 }
 
-// Persistent blocks walk their programs in a fixed stride, which balances programs of one length
-// only: the causal forward (a triangular loop) ran up to 6% slower so (H100, stop 34 job 1, d128
-// block_k 64 s2048 0.480 -> 0.508 ms; d64 block_k 128 0.613 -> 0.639), the others within -2% to
-// +2% (d128 blocks 128 x 128 s2048 0.595 -> 0.584). A home must come from the producer (the next
-// program's copy waits for the consumers to give it back). PALLADIUM_CUDA_PERSISTENT=0 turns
-// persistence off, =1 forces it where loops differ between programs.
+// Persistent blocks walk their programs in a fixed stride. Programs of one length share out alike
+// at any stride; programs whose loops run longer along the axis walked fastest (the causal forward,
+// its loop running to its q block) do only at a stride that walks every index of that axis, which
+// the launch chooses (balance_length; stop 34 job 1 had them 6% slower at the resident count, whose
+// stride visits a quarter of the axis). A home must come from the producer (the next program's copy
+// waits for the consumers to give it back). PALLADIUM_CUDA_PERSISTENT=0 turns persistence off,
+// =alike keeps it to programs of one length (stop 39's choice), =1 forces it wherever eligible,
+// at the resident block count.
 bool Emitter::persistent_eligible() const {
   const char* env = std::getenv("PALLADIUM_CUDA_PERSISTENT");
   const std::string mode = env ? env : "";
@@ -247,7 +249,33 @@ bool Emitter::persistent_eligible() const {
   bool alike = true;
   for (const auto& [loop, issue] : round_issue_)
     if (issue == RoundIssue::Producer) alike = alike && runs_alike(*loop);
-  return alike || mode == "1";
+  return alike || mode == "1" || (mode != "alike" && balance_length() > 1);
+}
+
+// The length of the axis walked fastest where the producer's loops run alike except along it, and
+// only by default (PALLADIUM_CUDA_PERSISTENT unset); 0 otherwise. Also 0 where the programs are
+// too few to give each of kBalancedBlocks blocks length - 1 of them (balanced_blocks would then
+// launch a block per program, and the persistent kernel run so was slower than the plain one:
+// H100, stop 40 job 4, causal forward d128 s8192 blocks 128 x 128 0.990 -> 1.031 ms).
+int64_t Emitter::balance_length() const {
+  constexpr int64_t kBalancedBlocks = 128;  // about the blocks a Hopper runs at once (an SM each)
+  const char* env = std::getenv("PALLADIUM_CUDA_PERSISTENT");
+  if ((env && *env) || raster_group() > 0) return 0;
+  const std::vector<size_t> order = program_order();
+  if (order.empty()) return 0;
+  const size_t fastest = order.back();
+  bool differ = false;
+  for (const auto& [loop, issue] : round_issue_) {
+    if (issue != RoundIssue::Producer) continue;
+    const std::set<size_t> axes = program_axes_of(std::vector<ir::ValueId>{loop->operands[0], loop->operands[1]});  // its bounds
+    if (axes.empty()) continue;
+    if (axes.size() > 1 || *axes.begin() != fastest) return 0;
+    differ = true;
+  }
+  int64_t programs = 1;
+  for (size_t d : order) programs *= k_.grid[d];
+  const int64_t length = k_.grid[fastest];
+  return differ && programs >= kBalancedBlocks * (length - 1) ? length : 0;
 }
 
 // Program n's homes, once the consumers gave back program n - 1's (the k-th completion of an empty
