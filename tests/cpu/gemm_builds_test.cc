@@ -53,7 +53,9 @@ TEST_P(CpuGemmBuilds, DotMatchesFloat64AndTheInterpreter) {
 TEST_P(CpuGemmBuilds, SmallProductsComputedDirectly) {
   // Products of a few thousand multiply-adds skip packing (gemm_small): blocks that overhang the
   // array (rows 8..15 of 10), a transposed operand (B given as rows of N x K, the paged decode's
-  // q k^T), contiguous B rows, accumulation and 16-bit operands, against float64 and the interpreter.
+  // q k^T: copied into rows first where it has at most 4096 elements, in float32 and in float16,
+  // and summed element by element where larger, 60 x 80), contiguous B rows, accumulation and
+  // 16-bit operands, against float64 and the interpreter.
   const std::string build = GetParam();
   ScopedEnv choose("PALLADIUM_CPU_GEMM", build);
   try {
@@ -62,27 +64,34 @@ TEST_P(CpuGemmBuilds, SmallProductsComputedDirectly) {
     GTEST_SKIP() << e.what();
   }
   Random rng;
-  constexpr int64_t m = 10, k = 24, n = 13, bm = 8;
+  constexpr int64_t m = 10, k = 24, n = 13, bm = 8, k2 = 80, n2 = 60;
   pl::Array a = rng.normal({m, k}), bt = rng.normal({n, k}), b = rng.normal({k, n}), c = rng.normal({m, n});
-  pl::Array a16 = a.astype(pl::bf16), b16 = b.astype(pl::f16);
-  auto kernel = [](Ref a_ref, Ref bt_ref, Ref b_ref, Ref c_ref, Ref a16_ref, Ref b16_ref, Ref o_t, Ref o_acc, Ref o_16) {
+  pl::Array a16 = a.astype(pl::bf16), b16 = b.astype(pl::f16), bt16 = bt.astype(pl::f16);
+  pl::Array a2 = rng.normal({m, k2}), bt2 = rng.normal({n2, k2});
+  auto kernel = [](Ref a_ref, Ref bt_ref, Ref b_ref, Ref c_ref, Ref a16_ref, Ref b16_ref, Ref bt16_ref, Ref a2_ref,
+                   Ref bt2_ref, Ref o_t, Ref o_acc, Ref o_16, Ref o_t16, Ref o_t2) {
     o_t[pl::all] = pl::dot(a_ref[pl::all], bt_ref[pl::all], false, true);
     o_acc[pl::all] = c_ref[pl::all] + pl::dot(a_ref[pl::all], b_ref[pl::all]);
     o_16[pl::all] = pl::dot(a16_ref[pl::all], b16_ref[pl::all]);
+    o_t16[pl::all] = pl::dot(a16_ref[pl::all], bt16_ref[pl::all], false, true);
+    o_t2[pl::all] = pl::dot(a2_ref[pl::all], bt2_ref[pl::all], false, true);
   };
   auto rows = [](int64_t width) { return pl::BlockSpec({bm, width}, [](pl::Index i) { return pl::idx(i, 0); }); };
   auto whole = [](int64_t r, int64_t w) { return pl::BlockSpec({r, w}, [](pl::Index) { return pl::idx(0, 0); }); };
-  const pl::ShapeDtype out({m, n}, pl::f32);
+  const pl::ShapeDtype out({m, n}, pl::f32), out2({m, n2}, pl::f32);
   pl::CallOptions o{.grid = {2},
-                    .in_specs = {rows(k), whole(n, k), whole(k, n), rows(n), rows(k), whole(k, n)},
-                    .out_specs = {rows(n), rows(n), rows(n)},
+                    .in_specs = {rows(k), whole(n, k), whole(k, n), rows(n), rows(k), whole(k, n), whole(n, k), rows(k2),
+                                 whole(n2, k2)},
+                    .out_specs = {rows(n), rows(n), rows(n), rows(n), rows(n2)},
                     .name = "gemm_small"};
-  auto [cpu, interp] = run_both(kernel, {out, out, out}, o, {a, bt, b, c, a16, b16});
+  auto [cpu, interp] = run_both(kernel, {out, out, out, out, out2}, o, {a, bt, b, c, a16, b16, bt16, a2, bt2});
   const pl::Array ref_t = pl::matmul(a.astype(pl::f64), pl::transpose(bt.astype(pl::f64)));
   const pl::Array ref = pl::matmul(a.astype(pl::f64), b.astype(pl::f64));
   EXPECT_TRUE(close(cpu[0], ref_t, 1e-6));
   EXPECT_TRUE(close(cpu[1], pl::add(ref, c.astype(pl::f64)), 1e-6));
   EXPECT_TRUE(close(cpu[2], pl::matmul(a16.astype(pl::f64), b16.astype(pl::f64)), 1e-6));
+  EXPECT_TRUE(close(cpu[3], pl::matmul(a16.astype(pl::f64), pl::transpose(bt16.astype(pl::f64))), 1e-6));
+  EXPECT_TRUE(close(cpu[4], pl::matmul(a2.astype(pl::f64), pl::transpose(bt2.astype(pl::f64))), 1e-6));
   for (size_t i = 0; i < cpu.size(); ++i) EXPECT_TRUE(close(cpu[i], interp[i], 1e-6)) << "output " << i;
 }
 

@@ -318,7 +318,7 @@ PL_INLINE void gemm_store_edge(const float* tile, const MatrixOut<float>& c, int
 // when the whole product is a few thousand multiply-adds (the paged-attention decode's (heads x d)
 // by (d x 16 tokens) dots, which packing made 3x slower than a plain loop). Out-of-range operand
 // elements read as zero and only C's valid part is written, as in the blocked driver.
-inline constexpr int64_t kGemmSmallWork = 65536, kGemmSmallN = 256;
+inline constexpr int64_t kGemmSmallWork = 65536, kGemmSmallN = 256, kGemmSmallTransposed = 4096;
 
 template <class TA, class TB>
 bool gemm_small(const MatrixIn<TA>& a, const MatrixIn<TB>& b, const MatrixOut<float>& c, int64_t m, int64_t n, int64_t k,
@@ -328,6 +328,18 @@ bool gemm_small(const MatrixIn<TA>& a, const MatrixIn<TB>& b, const MatrixOut<fl
   const int64_t k_lo = clamp(a.col_lo > b.row_lo ? a.col_lo : b.row_lo, 0, k);
   const int64_t k_hi = clamp(a.col_hi < b.row_hi ? a.col_hi : b.row_hi, k_lo, k);
   const int64_t j_lo = clamp(b.col_lo, 0, n), j_hi = clamp(b.col_hi, j_lo, n);
+  // A transposed B (columns contiguous) small enough is first copied into rows, so that each
+  // element's sum runs across the row's lanes, not as a scalar dot product per element (a sum's
+  // chain of dependent adds): the paged-attention decode's q k^T, (heads x 64) by (64 x 16 tokens).
+  // Each element sums over k in the same order from 0 either way, so the results are the same bits.
+  float b_rows_storage[kGemmSmallTransposed];
+  const float* b_rows = nullptr;
+  if (b.col_stride != 1 && (k_hi - k_lo) * (j_hi - j_lo) <= kGemmSmallTransposed && m > 1) {
+    float* out = b_rows_storage;
+    for (int64_t kk = k_lo; kk < k_hi; ++kk)
+      for (int64_t j = j_lo; j < j_hi; ++j) *out++ = to_compute(b.base[b.offset + kk * b.row_stride + j * b.col_stride]);
+    b_rows = b_rows_storage;
+  }
   for (int64_t i = clamp(c.row_lo, 0, m); i < clamp(c.row_hi, 0, m); ++i) {
     float row[kGemmSmallN];
     for (int64_t j = 0; j < n; ++j) row[j] = 0.0f;
@@ -339,6 +351,14 @@ bool gemm_small(const MatrixIn<TA>& a, const MatrixIn<TB>& b, const MatrixOut<fl
           const TB* bk = b.base + b.offset + kk * b.row_stride;
           PL_NO_ALIAS_LOOP
           for (int64_t j = j_lo; j < j_hi; ++j) row[j] += x * to_compute(bk[j]);
+        }
+      } else if (b_rows) {  // B transposed into rows once: C's row accumulates as above
+        for (int64_t kk = k_lo; kk < k_hi; ++kk) {
+          const float x = to_compute(ai[kk * a.col_stride]);
+          const float* bk = b_rows + (kk - k_lo) * (j_hi - j_lo);
+          float* r = row + j_lo;
+          PL_NO_ALIAS_LOOP
+          for (int64_t j = 0; j < j_hi - j_lo; ++j) r[j] += x * bk[j];
         }
       } else {  // columns of B contiguous (a transposed operand): one dot product per element
         for (int64_t j = j_lo; j < j_hi; ++j) {
