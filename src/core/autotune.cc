@@ -85,8 +85,8 @@ double seconds_of_one(const CallImpl& c, const std::vector<Array>& inputs, Devic
 // Each candidate's best of kRounds runs, after one that compiles and warms it up; infinity where it
 // fails. The runs go in rounds, each round timing every candidate once, so that a drift of the
 // device's clocks or of the machine's load while timing touches every candidate alike; timed one
-// after another, a slower candidate that ran during a fast spell could win. (H100, stop 39 job 2:
-// the 8192^3 matmul's pick, timed so, ran 1.515 ms where another tiling ran 1.404.)
+// after another, a slower candidate that ran during a fast spell could win. (Stop 39's "pick
+// slower than a candidate" was not this: cuda_bench had timed the two rows differently.)
 constexpr int kRounds = 5;
 std::vector<double> seconds_of(const CallImpl& call, const std::vector<Array>& inputs, Device d,
                                std::vector<std::string>* why) {
