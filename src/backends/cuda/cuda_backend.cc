@@ -39,8 +39,9 @@ namespace palladium::cuda {
 // block per program, which the hardware hands out as blocks finish. H100, stop 40 job 3, causal
 // forward s2048 (16 q blocks) persistent at 131 blocks against the kernel without persistence:
 // d128 blocks 128 x 64 0.344-0.351 -> 0.322 ms, 128 x 128 0.312-0.316 -> 0.302, d64 128 x 128
-// 0.423 -> 0.410; at s8192 (64 q blocks, 31 rounds) 131 blocks ran 16-33% slower (d128 128 x 128
-// 1.00 -> 1.33 ms), as the stride then visits half the q blocks.
+// 0.423 -> 0.410; at s8192 (64 q blocks, 31 rounds, so each block's stride visits about half of
+// them) three of the four causal rows ran 15-33% slower at 131 blocks (d128 128 x 128 1.00 ->
+// 1.33 ms) and d64 128 x 64 the same.
 int64_t balanced_blocks(int64_t programs, int64_t resident, int64_t length) {
   int64_t b = std::max<int64_t>(resident, 1);
   while (b > 1 && std::gcd(b, length) != 1) --b;

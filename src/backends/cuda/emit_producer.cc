@@ -249,7 +249,7 @@ bool Emitter::persistent_eligible() const {
   bool alike = true;
   for (const auto& [loop, issue] : round_issue_)
     if (issue == RoundIssue::Producer) alike = alike && runs_alike(*loop);
-  return alike || mode == "1" || (mode != "alike" && balance_length() > 1);
+  return alike || mode == "1" || balance_length() > 1;  // balance_length is 0 under any mode
 }
 
 // The length of the axis walked fastest where the producer's loops run alike except along it, and
