@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The README's attention plot: an SVG bar chart from cuda_bench's and the torch peers' ROW lines.
 
-usage: tools/plot_attention.py OUT.svg JOB_LOG [JOB_LOG ...] [-- JOB_LOG ...]
+usage: tools/plot_attention.py [--gpu NAME] OUT.svg JOB_LOG [JOB_LOG ...] [-- JOB_LOG ...]
 
 Each JOB_LOG holds `ROW` lines of `cuda_bench attention attention-bwd` or of the torch peer script
 (.peers/torch_peers.py); `--` separates the logs of one GPU job from the next. A bar pair
@@ -9,7 +9,8 @@ Each JOB_LOG holds `ROW` lines of `cuda_bench attention attention-bwd` or of the
 logs hold both of its rows. Per case
 (batch, sequence, heads, head_dim, causal) it draws Palladium's forward (its best block), cuDNN's
 forward, Palladium's forward+backward (the default blocks, forward 128 / backward 64) and cuDNN's,
-in TFLOP/s, with Palladium's ratio to cuDNN above its bars. Standard library only.
+in TFLOP/s, with Palladium's ratio to cuDNN above its bars. --gpu names the GPU in the title
+(default H100). Standard library only.
 """
 import sys
 
@@ -37,7 +38,7 @@ def label(case):
     return f"{s} {d}" + (" causal" if c == "c1" else "")
 
 
-def svg(rows):
+def svg(rows, gpu):
     series = [("palladium fwd", "#1f6f8b"), ("cudnn fwd", "#9ccfd8"), ("palladium fwd+bwd", "#c4451c"),
               ("cudnn fwd+bwd", "#f2b8a2")]
     cases = sorted({c for c, _ in rows}, key=lambda c: (int(c.split()[3][1:]), int(c.split()[1][1:]), c.split()[4]))
@@ -48,7 +49,7 @@ def svg(rows):
     bar, gap = 22, 4
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">',
            f'<rect width="{width}" height="{height}" fill="white"/>',
-           f'<text x="{left}" y="18" font-size="13">Attention on an H100, bf16, 16k tokens, hidden 2048: TFLOP/s (ratio: Palladium / cuDNN)</text>']
+           f'<text x="{left}" y="18" font-size="13">Attention on an {gpu}, bf16, 16k tokens, hidden 2048: TFLOP/s (ratio: Palladium / cuDNN)</text>']
     y0 = height - bottom
     for t in range(0, top + 1, 100):
         y = y0 - plot_h * t / top
@@ -87,19 +88,23 @@ def merge(jobs):
 
 
 def main():
-    if len(sys.argv) < 3:
+    args = sys.argv[1:]
+    gpu = "H100"
+    if args[:1] == ["--gpu"] and len(args) > 1:
+        gpu, args = args[1], args[2:]
+    if len(args) < 2:
         sys.exit(__doc__)
     jobs = [[]]
-    for arg in sys.argv[2:]:
+    for arg in args[1:]:
         if arg == "--":
             jobs.append([])
         else:
             jobs[-1].append(arg)
     rows = merge(jobs)
     if not rows:
-        sys.exit("plot_attention: no attention ROW lines in " + ", ".join(sys.argv[2:]))
-    with open(sys.argv[1], "w") as f:
-        f.write(svg(rows))
+        sys.exit("plot_attention: no attention ROW lines in " + ", ".join(args[1:]))
+    with open(args[0], "w") as f:
+        f.write(svg(rows, gpu))
 
 
 if __name__ == "__main__":
