@@ -545,6 +545,40 @@ TEST(CudaWgmma, CausalForwardRunsPersistentAtABalancedBlockCount) {
   }
 }
 
+// A block per program walks the causal forward's q blocks backwards, longest first (the loop of
+// q block i runs to key block i); PALLADIUM_CUDA_LONGEST_FIRST=0 keeps the forward order, as do
+// the non-causal forward (its programs alike) and the persistent kernel (its balanced stride).
+// Each variant against float64.
+TEST(CudaWgmma, CausalForwardBlocksStartWithTheLongestPrograms) {
+  PL_REQUIRE_NVRTC();
+  WgmmaOn on;
+  test_support::ScopedEnv blocks{"PALLADIUM_CUDA_PERSISTENT_BLOCKS", "8"};
+  struct Variant {
+    std::string longest_first;
+    bool causal;
+    Shape shape;
+    bool persistent, reversed;
+  };
+  const std::string reversed_decode = "const int pl_pid0 = 3 - (int)(pl_rest % 4ll);";  // 512 / 128 q blocks
+  int index = 0;
+  for (const Variant& v : {Variant{"", true, {1, 512, 16, 128}, false, true},
+                           Variant{"0", true, {1, 512, 16, 128}, false, false},
+                           Variant{"", false, {1, 512, 16, 128}, true, false},
+                           Variant{"", true, {4, 256, 16, 128}, true, false}}) {
+    SCOPED_TRACE("PALLADIUM_CUDA_LONGEST_FIRST='" + v.longest_first + "', causal " + std::to_string(v.causal) + ", " +
+                 shape_str(v.shape));
+    test_support::ScopedEnv order{"PALLADIUM_CUDA_LONGEST_FIRST", v.longest_first};
+    const std::string source = checked_attention_source(
+        "mha_forward", v.shape, 131 + static_cast<uint64_t>(index),
+        {.sm_scale = 0.117f + 0.002f * static_cast<float>(index), .causal = v.causal, .block_q = 128, .block_k = 64}, false);
+    ++index;
+    ASSERT_FALSE(source.empty()) << "no generated source";
+    EXPECT_EQ(source.find("for (long long pl_block = pl_first_block;") != std::string::npos, v.persistent);
+    EXPECT_EQ(source.find(reversed_decode) != std::string::npos, v.reversed);
+    EXPECT_EQ(source.find(" - (int)(pl_rest %") != std::string::npos, v.reversed);
+  }
+}
+
 // The default ping-pong: in the software-pipelined forward loop the two consumer
 // warpgroups take turns at issuing the next q k^T and this p v (one wait before the pair, one pass
 // after it); the prologue's first q k^T is a turn of its own. Warpgroup 1 hands over the first

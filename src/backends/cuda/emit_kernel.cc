@@ -510,12 +510,12 @@ GeneratedKernel Emitter::run() {
   std::string linear = "0";
   for (size_t d = 0; d < k_.grid.size(); ++d)
     linear = "(" + linear + ") * " + std::to_string(k_.grid[d]) + "ll + pl_pid" + std::to_string(d);
-  const std::string program = "  long long pl_rest = pl_block;\n" + program_id_decode() +
-                              "  const long long pl_linear = " + linear + ";\n  (void)pl_linear;\n";
   // Persistent (warp-specialised kernels whose homes the producer loads, without per-program
   // scratch or records; persistent_eligible): a block runs programs pl_block, pl_block + blocks,
   // ..., its producer filling the ring for the next program while the consumers store this one's.
   g.persistent = persistent_eligible() && debug_prints_.empty() && !params_.checks && g.scratch_bytes == 0;
+  const std::string program = "  long long pl_rest = pl_block;\n" + program_id_decode() +
+                              "  const long long pl_linear = " + linear + ";\n  (void)pl_linear;\n";
   g.balance_length = g.persistent ? balance_length() : 0;
   src << "  extern __shared__ __align__(1024) unsigned char pl_smem[];\n";
   src << "  const long long pl_first_block = (long long)blockIdx.x + (long long)blockIdx.y * gridDim.x;\n";
@@ -525,7 +525,7 @@ GeneratedKernel Emitter::run() {
     // Program ids: row-major over the parallel axes, the last axis fastest; the sequential axes are
     // a loop inside the block (below), in grid order.
     src << "  long long pl_rest = pl_block;\n";
-    src << program_id_decode();
+    src << program_id_decode(longest_first());
   }
   if (g.scratch_bytes > 0) {
     // Scratch per program, or per resident block when the grid outnumbers the slots: a block

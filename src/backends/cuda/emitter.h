@@ -381,7 +381,10 @@ class Emitter {
   bool pipelined_turns(const PipelinedLoop& p) const;  // does p's loop take turns?
   // The programs' walk (program_order.cc): pl_pid<d> from the linear block index, the parallel
   // axes outermost first, and the grid axes a value's program ids come from.
-  std::string program_id_decode() const;
+  // reverse_fastest: the fastest axis walked from its last index (longest_first).
+  std::string program_id_decode(bool reverse_fastest = false) const;
+  bool longest_first() const;
+  std::optional<int64_t> scalar_at(ir::ValueId v, size_t axis, int64_t pid) const;
   std::vector<size_t> program_order() const;
   int64_t raster_group() const;  // the raster groups' height, 0 for the row-major walk
   int pair_axis() const;         // the axis along which programs 2m and 2m + 1 differ, or -1

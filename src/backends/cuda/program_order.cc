@@ -13,12 +13,12 @@
 //    along the outer one, so that the programs running at once share fewer, more reused operand
 //    blocks (PALLADIUM_CUDA_RASTER_GROUP, 0 for the plain order).
 // PALLADIUM_CUDA_PROGRAM_ORDER=0 keeps the row-major order (the last axis fastest) everywhere.
-// Tried and not kept: walking an axis backwards where the programs' loops run longer along it
-// (causal attention, longest first). H100, stop 29 job 7: the forward at blocks 128 x 128 within
-// 2%, at 128 x 64 with d128 15% slower, the forward+backward 1-2% slower.
+//  - A block per program walks the fastest axis backwards where the programs' loops run longer
+//    along it (longest_first, below).
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 
 #include "backends/cuda/emitter.h"
 
@@ -110,7 +110,68 @@ int Emitter::pair_axis() const {
   return k_.grid[last] % 2 == 0 ? static_cast<int>(last) : -1;
 }
 
-std::string Emitter::program_id_decode() const {
+// The value of integer scalar `v` in the program whose id along `axis` is `pid`, where index
+// arithmetic computes it from that id and constants alone; nullopt otherwise.
+std::optional<int64_t> Emitter::scalar_at(ir::ValueId v, size_t axis, int64_t pid) const {
+  const ir::Inst* d = def(v);
+  const DType t = type(v).dtype;
+  if (!d || d->results.size() != 1 || !d->regions.empty() || numel(type(v).shape) != 1 ||
+      !(t == DType::int8 || t == DType::int16 || t == DType::int32 || t == DType::int64))
+    return std::nullopt;
+  if (d->op == ir::Op::Const) return d->i0;
+  if (d->op == ir::Op::ProgramId) return static_cast<size_t>(d->i0) == axis ? std::optional<int64_t>(pid) : std::nullopt;
+  if (d->operands.size() != 2) return std::nullopt;
+  const std::optional<int64_t> a = scalar_at(d->operands[0], axis, pid), b = scalar_at(d->operands[1], axis, pid);
+  if (!a || !b) return std::nullopt;
+  switch (d->op) {
+    case ir::Op::Add: return *a + *b;
+    case ir::Op::Sub: return *a - *b;
+    case ir::Op::Mul: return *a * *b;
+    case ir::Op::Div: return *b == 0 ? std::nullopt : std::optional<int64_t>(*a / *b);  // truncating, as lax.div
+    case ir::Op::Rem: return *b == 0 ? std::nullopt : std::optional<int64_t>(*a % *b);
+    case ir::Op::Min: return std::min(*a, *b);
+    case ir::Op::Max: return std::max(*a, *b);
+    default: return std::nullopt;
+  }
+}
+
+// Whether a block per program should walk the axis walked fastest backwards: where the producer's
+// loops are bounded by that program id alone and run more rounds at its last index than at its
+// first (the causal forward: q block i runs to key block i), the hardware then starts the longest
+// programs first and ends on short ones, instead of ending the launch on the longest (up to a
+// program's whole length with SMs idle). Persistent kernels keep their order: their balanced
+// stride already walks every index, and reversed they ran about 1% slower (H200, stop 41 job 4:
+// causal s2048 d128 0.303/0.301 -> 0.305/0.305 ms). H200, stop 41 job 5, two rounds against
+// PALLADIUM_CUDA_LONGEST_FIRST=0 (same binary), causal forward s8192: d128 blocks 128 x 128
+// 1.004/1.004 -> 0.984/0.981 ms, 128 x 64 1.153/1.148 -> 1.131/1.125, d64 128 x 128 1.397/1.391
+// -> 1.380/1.379, d64 128 x 64 unchanged; forward+backward s8192 causal, seven and eight rounds
+// (jobs 6-7): the fastest run 4.181 against 4.211 ms (d128), 5.020 against 5.060 (d64), where the
+// non-causal rows, the same kernels on both sides, spread 4%. Stop 29 had found the reversal 15%
+// slower at d128 128 x 64 (s2048, before the warp-specialised kernel).
+// PALLADIUM_CUDA_LONGEST_FIRST=0 keeps the forward order.
+bool Emitter::longest_first() const {
+  const char* env = std::getenv("PALLADIUM_CUDA_LONGEST_FIRST");
+  if ((env && std::string(env) == "0") || raster_group() > 0) return false;
+  const std::vector<size_t> order = program_order();
+  if (order.empty()) return false;
+  const size_t fastest = order.back();
+  const int64_t last = k_.grid[fastest] - 1;
+  bool longer_last = false;
+  for (const auto& [loop, issue] : round_issue_) {
+    if (issue != RoundIssue::Producer) continue;
+    const ir::ValueId lo = loop->operands[0], hi = loop->operands[1];
+    const std::set<size_t> axes = program_axes_of(std::vector<ir::ValueId>{lo, hi});
+    if (axes.empty()) continue;
+    if (axes.size() > 1 || *axes.begin() != fastest) return false;
+    const auto lo0 = scalar_at(lo, fastest, 0), hi0 = scalar_at(hi, fastest, 0);
+    const auto lo1 = scalar_at(lo, fastest, last), hi1 = scalar_at(hi, fastest, last);
+    if (!lo0 || !hi0 || !lo1 || !hi1 || *hi1 - *lo1 < *hi0 - *lo0) return false;
+    longer_last = longer_last || *hi1 - *lo1 > *hi0 - *lo0;
+  }
+  return longer_last;
+}
+
+std::string Emitter::program_id_decode(bool reverse_fastest) const {
   const std::vector<size_t> parallel = program_order();  // outermost first
   const int64_t group = raster_group();
   std::ostringstream src;
@@ -129,6 +190,11 @@ std::string Emitter::program_id_decode() const {
   }
   for (size_t j = plain; j-- > 0;) {
     const size_t d = parallel[j];
+    if (reverse_fastest && j == plain - 1) {
+      src << "  const int pl_pid" << d << " = " << k_.grid[d] - 1 << " - (int)(pl_rest % " << k_.grid[d] << "ll);\n";
+      src << "  pl_rest /= " << k_.grid[d] << "ll;\n";
+      continue;
+    }
     src << "  const int pl_pid" << d << " = (int)(pl_rest % " << k_.grid[d] << "ll);\n";
     src << "  pl_rest /= " << k_.grid[d] << "ll;\n";
   }
