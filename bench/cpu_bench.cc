@@ -717,24 +717,19 @@ BENCHMARK(BM_QuickstartMatmulFirstCall)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark:
 // OpenBLAS picks its kernels by CPU model, once, as it loads. A model newer than the installed
 // OpenBLAS knows falls back to generic kernels: Debian 12's 0.3.21 on an Emerald Rapids Xeon
 // (family 6, model 207; stop 41) chose "Prescott", SSE3 kernels that ran the 1024^3 sgemm in 103-132
-// ms against 20.8 with its AVX-512 ones: a peer of straw. Such a run starts itself again with
-// OPENBLAS_CORETYPE naming the newest kernels this CPU can run; a name the user set is kept.
+// ms against 20.8 with its AVX-512 ones: a peer of straw. Where OpenBLAS chose kernels without
+// AVX2 on a CPU with AVX2 and FMA, the run starts itself again with OPENBLAS_CORETYPE naming
+// SkylakeX (AVX-512) or Haswell (AVX2); a choice OpenBLAS made among its AVX2 and AVX-512 kernels
+// (Zen on an AMD CPU, say) is kept, as is a name the user set.
 void give_openblas_its_best_kernels(char** argv) {
   if (std::getenv("OPENBLAS_CORETYPE")) return;
 #if defined(__x86_64__)
   const std::string core = openblas_get_corename();
-  auto one_of = [&](std::initializer_list<const char*> names) {
-    for (const char* n : names)
-      if (strcasecmp(core.c_str(), n) == 0) return true;
-    return false;
-  };
-  const char* wanted = nullptr;
-  if (__builtin_cpu_supports("avx512f") && !one_of({"SkylakeX", "Cooperlake", "SapphireRapids"}))
-    wanted = "SkylakeX";
-  else if (!__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           one_of({"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Sandybridge", "Katmai", "Banias"}))
-    wanted = "Haswell";
-  if (!wanted) return;
+  bool generic = false;  // OpenBLAS's x86-64 kernels older than AVX2
+  for (const char* old : {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Sandybridge", "Katmai", "Banias"})
+    generic = generic || strcasecmp(core.c_str(), old) == 0;
+  if (!generic || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return;
+  const char* wanted = __builtin_cpu_supports("avx512f") ? "SkylakeX" : "Haswell";
   std::fprintf(stderr, "cpu_bench: OpenBLAS chose its '%s' kernels for this CPU; running again with OPENBLAS_CORETYPE=%s\n",
                core.c_str(), wanted);
   setenv("OPENBLAS_CORETYPE", wanted, 1);

@@ -261,21 +261,29 @@ int64_t Emitter::balance_length() const {
   constexpr int64_t kBalancedBlocks = 128;  // about the blocks a Hopper runs at once (an SM each)
   const char* env = std::getenv("PALLADIUM_CUDA_PERSISTENT");
   if ((env && *env) || raster_group() > 0) return 0;
+  const std::optional<std::vector<const ir::Inst*>> varying = producer_loops_along_fastest();
+  if (!varying || varying->empty()) return 0;
   const std::vector<size_t> order = program_order();
-  if (order.empty()) return 0;
-  const size_t fastest = order.back();
-  bool differ = false;
+  int64_t programs = 1;
+  for (size_t d : order) programs *= k_.grid[d];
+  const int64_t length = k_.grid[order.back()];
+  return programs >= kBalancedBlocks * (length - 1) ? length : 0;
+}
+
+// The producer's loops whose bounds come from program ids, where each such bound comes from the
+// axis walked fastest alone; nullopt where one comes from another axis (or from several).
+std::optional<std::vector<const ir::Inst*>> Emitter::producer_loops_along_fastest() const {
+  const std::vector<size_t> order = program_order();
+  if (order.empty()) return std::nullopt;
+  std::vector<const ir::Inst*> loops;
   for (const auto& [loop, issue] : round_issue_) {
     if (issue != RoundIssue::Producer) continue;
     const std::set<size_t> axes = program_axes_of(std::vector<ir::ValueId>{loop->operands[0], loop->operands[1]});  // its bounds
     if (axes.empty()) continue;
-    if (axes.size() > 1 || *axes.begin() != fastest) return 0;
-    differ = true;
+    if (axes.size() > 1 || *axes.begin() != order.back()) return std::nullopt;
+    loops.push_back(loop);
   }
-  int64_t programs = 1;
-  for (size_t d : order) programs *= k_.grid[d];
-  const int64_t length = k_.grid[fastest];
-  return differ && programs >= kBalancedBlocks * (length - 1) ? length : 0;
+  return loops;
 }
 
 // Program n's homes, once the consumers gave back program n - 1's (the k-th completion of an empty

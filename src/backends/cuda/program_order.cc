@@ -152,17 +152,13 @@ std::optional<int64_t> Emitter::scalar_at(ir::ValueId v, size_t axis, int64_t pi
 bool Emitter::longest_first() const {
   const char* env = std::getenv("PALLADIUM_CUDA_LONGEST_FIRST");
   if ((env && std::string(env) == "0") || raster_group() > 0) return false;
-  const std::vector<size_t> order = program_order();
-  if (order.empty()) return false;
-  const size_t fastest = order.back();
+  const std::optional<std::vector<const ir::Inst*>> varying = producer_loops_along_fastest();
+  if (!varying) return false;
+  const size_t fastest = program_order().back();
   const int64_t last = k_.grid[fastest] - 1;
   bool longer_last = false;
-  for (const auto& [loop, issue] : round_issue_) {
-    if (issue != RoundIssue::Producer) continue;
+  for (const ir::Inst* loop : *varying) {
     const ir::ValueId lo = loop->operands[0], hi = loop->operands[1];
-    const std::set<size_t> axes = program_axes_of(std::vector<ir::ValueId>{lo, hi});
-    if (axes.empty()) continue;
-    if (axes.size() > 1 || *axes.begin() != fastest) return false;
     const auto lo0 = scalar_at(lo, fastest, 0), hi0 = scalar_at(hi, fastest, 0);
     const auto lo1 = scalar_at(lo, fastest, last), hi1 = scalar_at(hi, fastest, last);
     if (!lo0 || !hi0 || !lo1 || !hi1 || *hi1 - *lo1 < *hi0 - *lo0) return false;
