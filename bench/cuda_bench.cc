@@ -442,18 +442,22 @@ void bench_attention_backward() {
   const char* atomic_env = std::getenv("PL_BENCH_ATTN_ATOMIC");
   std::vector<Config> configs{{128, 64, 0, Dq::SeparateLoop}, {64, 64, 0, Dq::SeparateLoop}};
   if (atomic_env && std::string(atomic_env) == "1") configs.push_back({128, 64, 0, Dq::Atomic});
-  // PL_BENCH_ATTN_BWD_CONFIGS="fwd/bwd/stages,...", e.g. "128/64/0,128/128/0", replaces the list
+  // PL_BENCH_ATTN_BWD_CONFIGS="fwd/bwd/stages[/atomic],...", e.g. "128/64/0,128/128/0/atomic", replaces the list
   // (to try other backward blocks within one stage's time).
   if (const char* list = std::getenv("PL_BENCH_ATTN_BWD_CONFIGS"); list && *list) {
     configs.clear();
     std::stringstream items(list);
     for (std::string item; std::getline(items, item, ',');) {
       Config cfg{0, 0, 0, Dq::SeparateLoop};
-      if (std::sscanf(item.c_str(), "%ld/%ld/%d", &cfg.fwd_block, &cfg.bwd_block, &cfg.stages) != 3 || cfg.fwd_block <= 0 ||
-          cfg.bwd_block <= 0 || cfg.stages < 0) {
-        fail("PL_BENCH_ATTN_BWD_CONFIGS: '" + item + "' is not fwd/bwd/stages (positive blocks, stages 0 for the default)");
+      char dq[16] = "";
+      const int fields = std::sscanf(item.c_str(), "%ld/%ld/%d/%15s", &cfg.fwd_block, &cfg.bwd_block, &cfg.stages, dq);
+      const std::string dq_name = dq;
+      if (fields < 3 || cfg.fwd_block <= 0 || cfg.bwd_block <= 0 || cfg.stages < 0 || (fields == 4 && dq_name != "atomic")) {
+        fail("PL_BENCH_ATTN_BWD_CONFIGS: '" + item +
+             "' is not fwd/bwd/stages[/atomic] (positive blocks, stages 0 for the default)");
         return;
       }
+      if (dq_name == "atomic") cfg.dq = Dq::Atomic;
       configs.push_back(cfg);
     }
   }

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/common/chain_loops.h"
-#include "core/grid_mapping.h"
+#include "ir_run_util.h"
 #include "kernel_test_util.h"
 #include "tests/support/program_support.h"
 
@@ -15,19 +15,6 @@ namespace {
 namespace jnp = palladium::jnp;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-template <class R> ir::Kernel traced(const Callable<R>& call, const std::vector<ShapeDtype>& inputs) {
-  detail::InputTypes in(inputs.begin(), inputs.end());
-  return detail::trace_kernel(*call.impl(), detail::describe(*call.impl(), in));
-}
-
-// Runs a kernel as it is, on a backend (outputs allocated by the backend).
-std::vector<Array> run_ir(const ir::Kernel& k, const std::string& backend_name, const std::vector<Array>& inputs) {
-  std::unique_ptr<backend::Executable> exe = backend::get(backend_name).compile(k, {});
-  std::vector<Array> outs(static_cast<size_t>(k.num_outputs()));
-  exe->run(inputs, outs);
-  return outs;
-}
 
 // The rewritten kernel on the interpreter and the cpu backend against a float64 reference.
 void expect_runs_match(const ir::Kernel& k, const std::vector<Array>& inputs, const Array& want, DType t) {

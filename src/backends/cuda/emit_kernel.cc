@@ -5,6 +5,7 @@
 #include <cstring>
 #include <iomanip>
 
+#include "backends/common/transposed_products.h"
 #include "backends/cuda/emitter.h"
 #include "palladium/error.h"
 
@@ -601,6 +602,19 @@ GeneratedKernel Emitter::run() {
 GeneratedKernel generate_cuda(const ir::Kernel& kernel, const CompilerParams& params, const Target& target) {
   CompilerParams resolved = params;
   resolved.checks = backend::checks_enabled(params.checks);
+  // On wgmma targets, PALLADIUM_CUDA_TRANSPOSED_PRODUCTS=1 computes groups read only transposed
+  // by dots transposed, so that the dots take them from registers (transposed_products.h). Opt-in:
+  // on an H200 (stop 42, job 4) the attention backward ran 1-20% slower so, its lse and delta
+  // reloaded by column costing registers (d64: 155 -> 167) that the shared-memory round trips
+  // of p^T and ds^T it saves did not pay for.
+  const char* env = std::getenv("PALLADIUM_CUDA_TRANSPOSED_PRODUCTS");
+  const char* wgmma = std::getenv("PALLADIUM_CUDA_WGMMA");
+  if (target.sm == 90 && target.arch_specific && env && std::string(env) == "1" &&
+      !(wgmma && std::string(wgmma) == "0")) {
+    const ir::Kernel transposed = backend::transpose_register_products(kernel);
+    Emitter e(transposed, resolved, target);
+    return e.run();
+  }
   Emitter e(kernel, resolved, target);
   return e.run();
 }

@@ -3,6 +3,7 @@
 // value's own scratch buffer), then each result slot reads what it needs, between barriers.
 // Register-local fast paths: scalar broadcasts, same-order reshapes, and the rows of mma
 // accumulators (broadcast from and reduce to a RowSlice), which use quad shuffles.
+#include <algorithm>
 #include <cstdlib>
 
 #include "backends/cuda/emitter.h"
@@ -139,6 +140,10 @@ void Emitter::emit_broadcast(const ir::Inst& in) {
     close();
     return;
   }
+  if (const ir::Inst* load = reloaded_vector(in)) {
+    emit_reloaded_broadcast(in, *load);
+    return;
+  }
   const Shape& xs = type(x).shape;
   std::vector<std::string> src(xs.size());
   for (size_t d = 0; d < xs.size(); ++d)
@@ -158,6 +163,10 @@ void Emitter::emit_broadcast(const ir::Inst& in) {
 
 void Emitter::emit_reshape(const ir::Inst& in) {
   const ir::ValueId r = in.results[0], x = in.operands[0];
+  // Read only by broadcasts that load the vector again in their own layout: nothing to move.
+  const std::vector<const ir::Inst*>& readers = users(r);
+  if (!readers.empty() && std::all_of(readers.begin(), readers.end(), [&](const ir::Inst* u) { return reloaded_vector(*u); }))
+    return;
   const Layout& rl = layout_of(r);
   const Layout& xl = layout_of(x);
   if (same_order(rl, xl)) {

@@ -147,6 +147,49 @@ void Emitter::emit_memory(const ir::Inst& in) {
   }
 }
 
+const ir::Inst* Emitter::reloaded_vector(const ir::Inst& broadcast) const {
+  const ir::ValueId r = broadcast.results[0], x = broadcast.operands[0];
+  const ir::Inst* reshape = def(x);
+  if (broadcast.op != ir::Op::Broadcast || !reshape || reshape->op != ir::Op::Reshape) return nullptr;
+  int64_t long_dims = 0;
+  for (int64_t n : type(x).shape) long_dims += n != 1;
+  if (long_dims > 1) return nullptr;
+  const ir::Inst* load = def(reshape->operands[0]);
+  if (!load || load->op != ir::Op::Load || (load->i1 & (ir::kHasMask | ir::kGather)) ||
+      type(load->results[0]).shape.size() != 1 || skip_registers.count(load->results[0]))
+    return nullptr;
+  const ir::RefParam& p = k_.refs.at(static_cast<size_t>(load->i0));
+  if (p.is_output || written_refs_.count(static_cast<int>(load->i0))) return nullptr;
+  const Layout& rl = layout_of(r);
+  const Layout& xl = layout_of(x);
+  // Only where the vector's own layout differs from the one the reshape needs (rows of an mma
+  // tile broadcast from a RowSlice cost nothing and keep that path).
+  if (rl.kind != LayoutKind::Mma || xl.kind == LayoutKind::RowSlice || xl.kind == LayoutKind::Replicated) return nullptr;
+  return load;
+}
+
+void Emitter::emit_reloaded_broadcast(const ir::Inst& broadcast, const ir::Inst& load) {
+  const ir::ValueId r = broadcast.results[0], x = broadcast.operands[0];
+  const Layout& rl = layout_of(r);
+  const Shape& xs = type(x).shape;
+  // The element of the [1, n] (or [n, 1]) tile, which is the vector's: its one dimension not of size 1.
+  std::string flat = "0";
+  for (size_t d = 0; d < xs.size(); ++d)
+    if (xs[d] != 1) flat = coord(rl, static_cast<size_t>(broadcast.ints[d]));
+  const ir::RefParam& p = k_.refs.at(static_cast<size_t>(load.i0));
+  // Slots s and s ^ 2 of an mma tile hold one column in rows r and r + 8: a vector broadcast
+  // down the columns is loaded once per column.
+  const bool by_column = xs.size() == 2 && xs[0] == 1 && broadcast.ints[1] == 1;
+  declare(r);
+  open_slots(rl);
+  if (by_column) line("if (s & 2) { " + at(r) + " = " + name(r) + "[s ^ 2]; continue; }");
+  Address a = address_of(*this, load, [&](size_t) { return flat; });
+  for (const std::string& s : a.lines) line(s);
+  line(element_access(true, p.dtype, "pl_ref" + std::to_string(load.i0), a.offset, a.in_bounds, at(r),
+                      "(" + reg_type(p.dtype) + ")0"));
+  close();
+}
+
 // A float32 atomic add whose old values nobody reads, on sm_90: an accumulator's adjacent pairs
 // go out as one red.global.add.v2.f32 each (the attention backward's dq: half the reductions).
 bool Emitter::paired_reduction(const ir::Inst& in) const {

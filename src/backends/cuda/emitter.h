@@ -209,6 +209,12 @@ class Emitter {
   // array's innermost dimension, as 4- to 16-byte accesses (element by element at edges and
   // misaligned addresses); false where it does not apply.
   bool emit_vector_memory(const ir::Inst& in, const Layout& l, ir::ValueId value);
+  // A broadcast into an mma tile of a vector loaded from an input the kernel never writes (through
+  // a reshape to [1, n] or [n, 1]) whose layout would need an exchange: each thread loads the
+  // elements it needs again instead (emit_memory.cc; the transposed attention backward's lse and
+  // delta by key column). The reshape is then not emitted.
+  const ir::Inst* reloaded_vector(const ir::Inst& broadcast) const;
+  void emit_reloaded_broadcast(const ir::Inst& broadcast, const ir::Inst& load);
   static bool quad_stores_enabled();
   void emit_quad_store(const ir::Inst& in, const Layout& l, ir::ValueId stored);  // 16-bit mma tile, 16 bytes a thread
   // A quiet float32 atomic add of an mma accumulator on sm_90: red.global.add.v2.f32 by pairs.
