@@ -212,7 +212,7 @@ class Emitter {
   // A broadcast into an mma tile of a vector loaded from an input the kernel never writes (through
   // a reshape to [1, n] or [n, 1]) whose layout would need an exchange: each thread loads the
   // elements it needs again instead (emit_memory.cc; the transposed attention backward's lse and
-  // delta by key column). The reshape is then not emitted.
+  // delta by key column). The reshape is then not emitted. Only with PALLADIUM_CUDA_TRANSPOSED_PRODUCTS=1.
   const ir::Inst* reloaded_vector(const ir::Inst& broadcast) const;
   void emit_reloaded_broadcast(const ir::Inst& broadcast, const ir::Inst& load);
   static bool quad_stores_enabled();
