@@ -431,6 +431,28 @@ TEST(CudaWgmma, AttentionBackwardRunsEveryDotOnWgmmaInSharedTilesOfOneLoop) {
   EXPECT_NE(source.find("const int pl_wg = 0;"), std::string::npos);
 }
 
+// With PALLADIUM_CUDA_TRANSPOSED_PRODUCTS=1 the same backward computes p and ds transposed (k q^T,
+// v dout^T; backends/common/transposed_products.h): dv and dk take them from registers, so the
+// dK/dV loop stores no tile and keeps only the barrier of its tiles' arrival; lse and delta are
+// loaded by column. Then against float64.
+TEST(CudaWgmma, TransposedProductsGiveTheBackwardsDotsTheirAOperandFromRegisters) {
+  PL_REQUIRE_NVRTC();
+  WgmmaOn on;
+  test_support::ScopedEnv transposed{"PALLADIUM_CUDA_TRANSPOSED_PRODUCTS", "1"};
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "not causal");
+    const std::string source =
+        checked_attention_source("mha_backward", {1, 256, 2, 64}, 37, {.sm_scale = 0.125f, .causal = causal}, true);
+    ASSERT_FALSE(source.empty()) << "no generated source";
+    const std::string body = first_loop(source);
+    ASSERT_FALSE(body.empty()) << "no loop in the generated source";
+    EXPECT_EQ(test_support::count_of(body, "_rs_km_bf16(v"), 2u) << body;  // dv and dk
+    EXPECT_EQ(test_support::count_of(body, "*(unsigned*)&"), 0u);           // no P or dS tile
+    EXPECT_EQ(test_support::count_of(body, "__syncthreads();"), 1u);
+    EXPECT_NE(body.find("pl_L0_col(s)"), std::string::npos);  // lse by column
+  }
+}
+
 // MhaBackwardDq::Atomic: five dots per block pair, all on wgmma. The two pairs of independent
 // dots (dv and dp, then dk and dq, which read one shared P^T or dS tile) are issued together and
 // retired by one wait each; the dq adds need no barrier and go out as pairs. Then against float64.
