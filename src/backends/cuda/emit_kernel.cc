@@ -604,9 +604,9 @@ GeneratedKernel generate_cuda(const ir::Kernel& kernel, const CompilerParams& pa
   resolved.checks = backend::checks_enabled(params.checks);
   // On wgmma targets, PALLADIUM_CUDA_TRANSPOSED_PRODUCTS=1 computes groups read only transposed
   // by dots transposed, so that the dots take them from registers (transposed_products.h). Opt-in:
-  // on an H200 (stop 42, job 4) the attention backward ran 1-20% slower so, its lse and delta
-  // reloaded by column costing registers (d64: 155 -> 167) that the shared-memory round trips
-  // of p^T and ds^T it saves did not pay for.
+  // on an H200 (stop 42, job 4) the attention backward ran 1-20% slower so: its lse and delta,
+  // loaded and clamped by column, cost more instructions (d64: 709M -> 798M, job 5) than the
+  // shared-memory round trips of p^T and ds^T it saves.
   const char* env = std::getenv("PALLADIUM_CUDA_TRANSPOSED_PRODUCTS");
   const char* wgmma = std::getenv("PALLADIUM_CUDA_WGMMA");
   if (target.sm == 90 && target.arch_specific && env && std::string(env) == "1" &&
