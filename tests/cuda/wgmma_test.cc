@@ -453,6 +453,27 @@ TEST(CudaWgmma, TransposedProductsGiveTheBackwardsDotsTheirAOperandFromRegisters
   }
 }
 
+// With the same switch, a vector both broadcast by column into an mma tile and stored as it is:
+// the broadcast loads it by column and the store keeps the reshape it reads (the first form of the
+// reload asked every reader of the reshape, read a store's missing result and crashed the
+// generator: stop 42 job 3). Against the interpreter.
+TEST(CudaWgmma, ColumnReloadKeepsTheReshapeItsOtherReadersNeed) {
+  PL_REQUIRE_NVRTC();
+  WgmmaOn on;
+  test_support::ScopedEnv transposed{"PALLADIUM_CUDA_TRANSPOSED_PRODUCTS", "1"};
+  GeneratedSources sources("column-reload-test");
+  auto kernel = [](pl::Ref a, pl::Ref b, pl::Ref bias, pl::Ref o, pl::Ref row) {
+    const pl::Value r = bias[pl::all].reshape({1, 64});
+    o[pl::all] = pl::dot(a[pl::all], b[pl::all]) + r;
+    row[pl::all] = r;
+  };
+  check_kernel(kernel, {ShapeDtype({64, 64}, f32), ShapeDtype({1, 64}, f32)}, {.name = "column_reload", .debug = true},
+               {normal(5, {64, 64}, bf16), normal(6, {64, 64}, bf16), normal(7, {64}, f32)}, 1e-5);
+  const std::string source = sources.source("column_reload");
+  ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
+  EXPECT_NE(source.find("pl_L0_col(s)"), std::string::npos) << source;  // the bias loaded by column
+}
+
 // MhaBackwardDq::Atomic: five dots per block pair, all on wgmma. The two pairs of independent
 // dots (dv and dp, then dk and dq, which read one shared P^T or dS tile) are issued together and
 // retired by one wait each; the dq adds need no barrier and go out as pairs. Then against float64.
