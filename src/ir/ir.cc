@@ -1,5 +1,8 @@
 #include "ir/ir.h"
 
+#include <algorithm>
+#include <functional>
+#include <map>
 #include <sstream>
 
 #include "palladium/error.h"
@@ -246,5 +249,32 @@ bool reads(const Inst& in, const std::set<ValueId>& values) {
   return false;
 }
 void verify(const Kernel& k) { Verifier(k).run(); }
+
+void remove_dead_code(Kernel& k) {
+  for (bool changed = true; changed;) {
+    changed = false;
+    std::map<ValueId, int> uses;
+    std::function<void(const Region&)> count = [&](const Region& r) {
+      for (const Inst& in : r.body) {
+        for (ValueId o : in.operands) ++uses[o];
+        for (const Region& s : in.regions) count(s);
+      }
+    };
+    count(k.body);
+    for (const RefParam& p : k.refs)
+      for (ValueId o : p.origin) ++uses[o];
+    std::function<void(std::vector<Inst>&)> sweep = [&](std::vector<Inst>& insts) {
+      const size_t n = insts.size();
+      std::erase_if(insts, [&](const Inst& in) {
+        if (in.op == Op::Yield || has_effects(in)) return false;
+        return std::none_of(in.results.begin(), in.results.end(), [&](ValueId r) { return uses[r] > 0; });
+      });
+      changed |= insts.size() != n;
+      for (Inst& in : insts)
+        for (Region& r : in.regions) sweep(r.body);
+    };
+    sweep(k.body.body);
+  }
+}
 
 }  // namespace palladium::ir

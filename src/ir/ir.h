@@ -129,5 +129,8 @@ bool has_effects(const Inst& in);
 bool reads(const Inst& in, const std::set<ValueId>& values);
 // Throws InternalError describing the first broken invariant (a bug in tracing or a pass).
 void verify(const Kernel& k);
+// Removes instructions without effects whose results nothing reads (block origins count as
+// readers), to a fixed point: what a rewrite leaves behind.
+void remove_dead_code(Kernel& k);
 
 }  // namespace palladium::ir

@@ -457,7 +457,7 @@ class ChainRewrite {
       for (ValueId& o : in.operands) o = resolve(o);
     });
     sink_last_step(loop_at);
-    remove_dead_code();
+    ir::remove_dead_code(k_);  // such as the `if` that only initialised a promoted block
     // The walking refs see their whole walk; the axis has one program.
     for (size_t i = 0; i < k_.refs.size(); ++i) {
       ir::RefParam& p = k_.refs[i];
@@ -530,31 +530,6 @@ class ChainRewrite {
     top.insert(top.begin() + static_cast<std::ptrdiff_t>(loop_at), before_.begin(), before_.end());
     before_.clear();
     top.insert(top.end(), std::make_move_iterator(after.begin()), std::make_move_iterator(after.end()));
-  }
-
-  // Removes instructions without effects whose results nothing reads (such as the `if` that only
-  // initialised a promoted block).
-  void remove_dead_code() {
-    for (bool changed = true; changed;) {
-      changed = false;
-      std::map<ValueId, int> uses;
-      visit(k_.body, [&](const Inst& in) {
-        for (ValueId o : in.operands) ++uses[o];
-      });
-      for (const ir::RefParam& p : k_.refs)
-        for (ValueId o : p.origin) ++uses[o];
-      std::function<void(std::vector<Inst>&)> sweep = [&](std::vector<Inst>& insts) {
-        const size_t n = insts.size();
-        std::erase_if(insts, [&](const Inst& in) {
-          if (in.op == Op::Yield || ir::has_effects(in)) return false;
-          return std::none_of(in.results.begin(), in.results.end(), [&](ValueId r) { return uses[r] > 0; });
-        });
-        changed |= insts.size() != n;
-        for (Inst& in : insts)
-          for (Region& r : in.regions) sweep(r.body);
-      };
-      sweep(k_.body.body);
-    }
   }
 
   struct Carry {

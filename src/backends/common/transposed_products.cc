@@ -193,45 +193,9 @@ class TransposeProducts {
     r.body = std::move(body);
   }
 
-  // The original leaves the group no longer reads, and what they alone read (the attention's
-  // lse[:, None] reshape): dropped where nothing reads them, so no backend materialises them.
-  void drop_dead_leaves(ir::Kernel& out) const {
-    std::set<ValueId> candidates = leaves_;
-    for (bool changed = true; changed;) {
-      changed = false;
-      std::map<ValueId, int> reads;
-      std::function<void(const Region&)> count = [&](const Region& r) {
-        for (const Inst& in : r.body) {
-          for (ValueId v : in.operands) ++reads[v];
-          for (const Region& s : in.regions) count(s);
-        }
-      };
-      count(out.body);
-      std::function<void(Region&)> sweep = [&](Region& r) {
-        for (Inst& in : r.body)
-          for (Region& s : in.regions) sweep(s);
-        std::vector<Inst> kept;
-        for (Inst& in : r.body) {
-          const bool dead = in.results.size() == 1 && candidates.count(in.results[0]) && reads[in.results[0]] == 0 &&
-                            in.regions.empty() && !ir::has_effects(in);
-          if (!dead) {
-            kept.push_back(std::move(in));
-            continue;
-          }
-          changed = true;
-          candidates.erase(in.results[0]);
-          for (ValueId o : in.operands)
-            if (def_.count(o) && def_.at(o)->op == Op::Reshape) candidates.insert(o);
-        }
-        r.body = std::move(kept);
-      };
-      sweep(out.body);
-    }
-  }
-
   void rewrite(ir::Kernel& out) {
     rewrite_region(out, out.body);
-    drop_dead_leaves(out);
+    ir::remove_dead_code(out);  // the original leaves the group no longer reads (lse[:, None]'s reshape)
   }
 
   const ir::Kernel& k_;

@@ -8,8 +8,8 @@
 // dots, elementwise ops and broadcasts, and read nowhere else. It computes the whole group
 // transposed instead (C^T = B^T A^T for its dots: k q^T, v dout^T), so the transposes vanish and
 // the accumulator layout of k q^T is exactly the A fragment of p^T dout. The rules per op family
-// are the table in transposed_products.cc. Results are the same values: each element is computed
-// by the same operations on the same operands, only its place in the tile moves.
+// are the table in transposed_products.cc. Each element is computed by the same operations on the
+// same operands, only its place in the tile moves (a dot may sum its products in another order).
 #pragma once
 
 #include "ir/ir.h"

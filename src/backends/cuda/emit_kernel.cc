@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iomanip>
+#include <optional>
 
 #include "backends/common/transposed_products.h"
 #include "backends/cuda/emitter.h"
@@ -599,23 +600,24 @@ GeneratedKernel Emitter::run() {
   return g;
 }
 
+// On wgmma targets, PALLADIUM_CUDA_TRANSPOSED_PRODUCTS=1 computes groups read only transposed by
+// dots transposed, so that the dots take them from registers (transposed_products.h). Opt-in: on
+// an H200 (stop 42, job 4) the attention backward ran 0-21% slower so: its lse and delta, loaded
+// and clamped by column, cost more instructions (d64: 709M -> 798M, job 5) than the shared-memory
+// round trips of p^T and ds^T it saves. Read at each generation (tests set it).
+bool transposed_products_on() {
+  const char* env = std::getenv("PALLADIUM_CUDA_TRANSPOSED_PRODUCTS");
+  return env && std::string(env) == "1";
+}
+
 GeneratedKernel generate_cuda(const ir::Kernel& kernel, const CompilerParams& params, const Target& target) {
   CompilerParams resolved = params;
   resolved.checks = backend::checks_enabled(params.checks);
-  // On wgmma targets, PALLADIUM_CUDA_TRANSPOSED_PRODUCTS=1 computes groups read only transposed
-  // by dots transposed, so that the dots take them from registers (transposed_products.h). Opt-in:
-  // on an H200 (stop 42, job 4) the attention backward ran 1-20% slower so: its lse and delta,
-  // loaded and clamped by column, cost more instructions (d64: 709M -> 798M, job 5) than the
-  // shared-memory round trips of p^T and ds^T it saves.
-  const char* env = std::getenv("PALLADIUM_CUDA_TRANSPOSED_PRODUCTS");
   const char* wgmma = std::getenv("PALLADIUM_CUDA_WGMMA");
-  if (target.sm == 90 && target.arch_specific && env && std::string(env) == "1" &&
-      !(wgmma && std::string(wgmma) == "0")) {
-    const ir::Kernel transposed = backend::transpose_register_products(kernel);
-    Emitter e(transposed, resolved, target);
-    return e.run();
-  }
-  Emitter e(kernel, resolved, target);
+  std::optional<ir::Kernel> transposed;
+  if (transposed_products_on() && target.sm == 90 && target.arch_specific && !(wgmma && std::string(wgmma) == "0"))
+    transposed = backend::transpose_register_products(kernel);
+  Emitter e(transposed ? *transposed : kernel, resolved, target);
   return e.run();
 }
 

@@ -150,9 +150,7 @@ void Emitter::emit_memory(const ir::Inst& in) {
 const ir::Inst* Emitter::reloaded_vector(const ir::Inst& broadcast) const {
   // With the transposed products only (their opt-in switch), so that the default kernels stay
   // those measured; any reader of a reshape is asked.
-  if (broadcast.op != ir::Op::Broadcast) return nullptr;
-  const char* env = std::getenv("PALLADIUM_CUDA_TRANSPOSED_PRODUCTS");
-  if (!env || std::string(env) != "1") return nullptr;
+  if (broadcast.op != ir::Op::Broadcast || !transposed_products_on()) return nullptr;
   const ir::ValueId r = broadcast.results[0], x = broadcast.operands[0];
   const ir::Inst* reshape = def(x);
   if (!reshape || reshape->op != ir::Op::Reshape) return nullptr;

@@ -79,6 +79,9 @@ struct ValueDim {
 };
 std::vector<ValueDim> value_dims(const ir::Inst& in, const ir::RefParam& p);
 
+// PALLADIUM_CUDA_TRANSPOSED_PRODUCTS=1: the transposed products and their column loads (emit_kernel.cc).
+bool transposed_products_on();
+
 class Emitter {
  public:
   Emitter(const ir::Kernel& k, const CompilerParams& params, const Target& target);
