@@ -437,24 +437,34 @@ void bench_attention_backward() {
     int64_t fwd_block, bwd_block;
     int stages;
     pl::ops::MhaBackwardDq dq;
+    int64_t bwd_block_q = 0;  // atomic only: a query block other than bwd_block (its key block)
   };
   using Dq = pl::ops::MhaBackwardDq;
   const char* atomic_env = std::getenv("PL_BENCH_ATTN_ATOMIC");
   std::vector<Config> configs{{128, 64, 0, Dq::SeparateLoop}, {64, 64, 0, Dq::SeparateLoop}};
   if (atomic_env && std::string(atomic_env) == "1") configs.push_back({128, 64, 0, Dq::Atomic});
   // PL_BENCH_ATTN_BWD_CONFIGS="fwd/bwd/stages[/atomic],...", e.g. "128/64/0,128/128/0/atomic", replaces the list
-  // (to try other backward blocks within one stage's time).
+  // (to try other backward blocks within one stage's time); bwd may be QxK with atomic, e.g.
+  // "128/64x128/0/atomic" for 64 query rows by 128 keys.
   if (const char* list = std::getenv("PL_BENCH_ATTN_BWD_CONFIGS"); list && *list) {
     configs.clear();
     std::stringstream items(list);
     for (std::string item; std::getline(items, item, ',');) {
       Config cfg{0, 0, 0, Dq::SeparateLoop};
       char dq[16] = "";
-      const int fields = std::sscanf(item.c_str(), "%ld/%ld/%d/%15s", &cfg.fwd_block, &cfg.bwd_block, &cfg.stages, dq);
+      int fields = std::sscanf(item.c_str(), "%ld/%ldx%ld/%d/%15s", &cfg.fwd_block, &cfg.bwd_block_q, &cfg.bwd_block,
+                               &cfg.stages, dq);
+      if (fields >= 4) {
+        --fields;  // counted as fwd/bwd/stages[/atomic]
+      } else {
+        cfg.bwd_block_q = 0;
+        fields = std::sscanf(item.c_str(), "%ld/%ld/%d/%15s", &cfg.fwd_block, &cfg.bwd_block, &cfg.stages, dq);
+      }
       const std::string dq_name = dq;
-      if (fields < 3 || cfg.fwd_block <= 0 || cfg.bwd_block <= 0 || cfg.stages < 0 || (fields == 4 && dq_name != "atomic")) {
+      if (fields < 3 || cfg.fwd_block <= 0 || cfg.bwd_block <= 0 || cfg.stages < 0 || cfg.bwd_block_q < 0 ||
+          (fields == 4 && dq_name != "atomic") || (cfg.bwd_block_q > 0 && dq_name != "atomic")) {
         fail("PL_BENCH_ATTN_BWD_CONFIGS: '" + item +
-             "' is not fwd/bwd/stages[/atomic] (positive blocks, stages 0 for the default)");
+             "' is not fwd/bwd/stages[/atomic] (positive blocks, bwd as QxK only with atomic, stages 0 for the default)");
         return;
       }
       if (dq_name == "atomic") cfg.dq = Dq::Atomic;
@@ -466,10 +476,11 @@ void bench_attention_backward() {
       pl::ops::MhaOptions o{.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d))),
                             .causal = c.causal, .block_q = cfg.fwd_block, .block_k = cfg.fwd_block, .backend = "cuda"};
       o.backward_block = cfg.bwd_block;
+      o.backward_block_q = cfg.bwd_block_q;
       o.backward_dq = cfg.dq;
       if (cfg.stages) o.backward_num_stages = cfg.stages;
       const std::string name = "palladium mha_vjp f" + std::to_string(cfg.fwd_block) + " b" +
-                               std::to_string(cfg.bwd_block) + (cfg.stages ? " s" + std::to_string(cfg.stages) : "") +
+                               (cfg.bwd_block_q ? std::to_string(cfg.bwd_block_q) + "x" : "") + std::to_string(cfg.bwd_block) + (cfg.stages ? " s" + std::to_string(cfg.stages) : "") +
                                (cfg.dq == Dq::Atomic ? " atomic" : "");
       try {
         const double ms = events_ms([&] { (void)pl::ops::mha_vjp(c.q, c.k, c.v, pl::Array(), o).backward(c.dout); }, 3);

@@ -359,12 +359,19 @@ std::tuple<Array, Array, Array> mha_backward(const Array& q, const Array& k, con
                                              const MhaOptions& options) {
   PL_CHECK(options.backward_block >= 0, "mha_backward: backward_block must be positive, or 0 for the forward's "
            "blocks, got ", options.backward_block);
+  const bool atomic_dq = options.backward_dq == MhaBackwardDq::Atomic;
+  PL_CHECK(options.backward_block_q == 0 || (options.backward_block_q > 0 && options.backward_block > 0 && atomic_dq),
+           "mha_backward: backward_block_q (", options.backward_block_q, ") needs backward_dq = Atomic and a "
+           "positive backward_block (the seed's separate dq scan takes its query and key blocks equal), got "
+           "backward_block ", options.backward_block);
   MhaOptions o = options;  // the backward's blocks
-  if (o.backward_block > 0) o.block_q = o.block_k = o.backward_block;
+  if (o.backward_block > 0) {
+    o.block_k = o.backward_block;
+    o.block_q = o.backward_block_q > 0 ? o.backward_block_q : o.backward_block;
+  }
   Dims d = check_inputs("mha_backward", q, k, v, segment_ids, o);
-  PL_CHECK(d.block_q == d.block_k, "mha_backward: block_q (", d.block_q, ") must equal block_k (", d.block_k,
+  PL_CHECK(atomic_dq || d.block_q == d.block_k, "mha_backward: block_q (", d.block_q, ") must equal block_k (", d.block_k,
            "): as in the seed, dq is computed in blocks of block_q over the grid of key blocks (or set backward_block)");
-  const bool atomic_dq = o.backward_dq == MhaBackwardDq::Atomic;
   // The preprocess in blocks of 16 rows (of the backward's when smaller): at 64 rows its programs
   // held too many elements per thread for more than two to fit an SM (H100, d128: 0.163 -> 0.070 ms;
   // stop 30, job 8).

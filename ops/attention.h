@@ -36,6 +36,13 @@ struct MhaOptions {
   // block_q == block_k). At 128 the backward's tiles overflow the registers (H100, head_dim 64:
   // 25 TF/s against 161 at 64), so 64 is the default.
   int64_t backward_block = 64;
+  // With backward_dq = Atomic, the backward's query block where it differs from its key block
+  // (backward_block): the dk/dv scan's accumulators grow with the key block and its dots' rows
+  // with the query block, so FlashAttention-3's shape, 64 queries by 128 keys, can be tried.
+  // 0: backward_block. The seed's separate dq scan needs the two equal. On an H200 (stop 43,
+  // job 2) 64 x 128 ran slower than the default everywhere: fwd+bwd d64 s2048 4.66 against 2.49 ms,
+  // d128 s8192 14.3 against 8.5 (two warpgroups, no producer, 224-255 registers).
+  int64_t backward_block_q = 0;
   // How the backward computes dq. SeparateLoop is the seed's: a second scan over key blocks in
   // each program, which recomputes q k^T and dout v^T (seven dots per pair of blocks). Atomic adds
   // each block pair's ds @ k into a float32 dq during the first scan (five dots, FlashAttention-2's

@@ -74,7 +74,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 // MhaBackwardDq::Atomic: dq accumulated with atomic adds during the dk/dv scan (five dots per
 // block pair) equals the float64 reference on every backend, as the seed's separate dq scan does:
-// causal with segments in bfloat16, full in float32, and under jit(grad).
+// causal with segments in bfloat16, full in float32, causal with a query block half the key block
+// (backward_block_q), and under jit(grad).
 class AttentionAtomicDq : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(AttentionAtomicDq, GradientsMatchFloat64Reference) {
@@ -82,10 +83,12 @@ TEST_P(AttentionAtomicDq, GradientsMatchFloat64Reference) {
   struct Setup {
     bool causal, segmented;
     pl::DType dtype;
-    int64_t seq, block;
+    int64_t seq, block, block_q;  // block_q 0: block
     double tol;  // as the Attention cases above
   };
-  for (const Setup& c : {Setup{true, true, pl::bf16, 64, 16, 5e-3}, Setup{false, false, pl::f32, 96, 32, 2e-6}}) {
+  for (const Setup& c : {Setup{true, true, pl::bf16, 64, 16, 0, 5e-3}, Setup{false, false, pl::f32, 96, 32, 0, 2e-6},
+                         Setup{true, false, pl::f32, 96, 32, 16, 2e-6}}) {
+    SCOPED_TRACE("block " + std::to_string(c.block) + ", block_q " + std::to_string(c.block_q));
     auto keys = pl::random::split(pl::random::key(300 + c.seq + c.causal), 4);
     const pl::Shape s{2, c.seq, 3, 16};
     pl::Array q = pl::random::normal(keys[0], s, c.dtype), k = pl::random::normal(keys[1], s, c.dtype);
@@ -99,6 +102,7 @@ TEST_P(AttentionAtomicDq, GradientsMatchFloat64Reference) {
     pl::ops::MhaOptions opt{.sm_scale = 0.25f, .causal = c.causal, .block_q = c.block, .block_k = c.block,
                             .backend = backend};
     opt.backward_block = c.block;
+    opt.backward_block_q = c.block_q;
     opt.backward_dq = pl::ops::MhaBackwardDq::Atomic;
     auto [dq, dk, dv] = pl::ops::mha_vjp(q, k, v, seg, opt).backward(dout);
     EXPECT_EQ(dq.dtype(), c.dtype);
@@ -180,6 +184,11 @@ TEST(Attention, BackwardBlocksIndependentOfTheForward) {
   opt.backward_block = -8;
   EXPECT_THAT(pl::test_support::error_message([&] { (void)pl::ops::mha_vjp(q, k, v, pl::Array(), opt).backward(dout); }),
               ::testing::HasSubstr("mha_backward: backward_block must be positive, or 0 for the forward's blocks, got -8"));
+  opt.backward_block = 32;
+  opt.backward_block_q = 16;  // unequal blocks need the atomic dq
+  EXPECT_THAT(pl::test_support::error_message([&] { (void)pl::ops::mha_vjp(q, k, v, pl::Array(), opt).backward(dout); }),
+              ::testing::HasSubstr("mha_backward: backward_block_q (16) needs backward_dq = Atomic and a positive "
+                                   "backward_block"));
 }
 
 // MhaOptions::autotune times the block shapes that divide the sequence (here 128 x 128, 128 x 64,
