@@ -15,6 +15,17 @@ PL_DEVICE float pl_atomic_add(float* p, float v) { return atomicAdd(p, v); }
 PL_DEVICE void pl_red_add_pair(float* p, float a, float b) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b) : "memory");
 }
+// TMA bulk reduction of `bytes` (a multiple of 16) float32s from shared memory into global memory
+// (both 16-byte aligned), in this thread's current bulk group; the group's commit, the wait until
+// its reads of shared memory are done, and the wait until it has completed.
+PL_DEVICE void pl_bulk_reduce_add(float* dst, const float* src, unsigned bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst),
+               "r"((unsigned)__cvta_generic_to_shared(src)), "r"(bytes)
+               : "memory");
+}
+PL_DEVICE void pl_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+PL_DEVICE void pl_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+PL_DEVICE void pl_bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 #endif
 PL_DEVICE double pl_atomic_add(double* p, double v) { return atomicAdd(p, v); }
 

@@ -688,6 +688,49 @@ TEST(CudaWgmma, AtomicAddsOfAnAccumulatorPairUp) {
   }
 }
 
+// PALLADIUM_CUDA_BULK_REDUCE=1: the same atomic adds through shared memory, one TMA bulk reduction
+// per row where the row is inside the array and 16-byte aligned (rows of 41 floats from column 0:
+// one in four), element by element from shared memory elsewhere (from column 1: every row); each
+// against the interpreter. In the atomic-dq backward the reduction waits for its staging rows to
+// be read before rewriting them, and every thread waits for its reductions before the block ends.
+TEST(CudaWgmma, BulkReductionsAddAccumulatorRowsThroughSharedMemory) {
+  PL_REQUIRE_NVRTC();
+  WgmmaOn on;
+  test_support::ScopedEnv bulk("PALLADIUM_CUDA_BULK_REDUCE", "1");
+  for (int64_t col : {0, 1}) {
+    SCOPED_TRACE("first column " + std::to_string(col));
+    GeneratedSources sources("bulk-reduce-test");
+    auto kernel = [col](pl::Ref x, pl::Ref y, pl::Ref, pl::Ref o) {
+      pl::atomic_add(o, pl::idx(pl::slice(), pl::ds(col, 40)), pl::dot(x[pl::all], y[pl::all]));
+    };
+    check_kernel(kernel, {ShapeDtype({64, 41}, f32)},
+                 {.grid = {2},
+                  .in_specs = {BlockSpec({64, 32}, [](Index i) { return idx(0, i); }),
+                               BlockSpec({32, 40}, [](Index i) { return idx(i, 0); }), BlockSpec()},
+                  .out_specs = {BlockSpec()},
+                  .input_output_aliases = {{2, 0}},
+                  .name = "bulk_rows",
+                  .debug = true},
+                 {normal(51, {64, 64}, bf16), normal(52, {64, 40}, bf16), normal(53, {64, 41})});
+    const std::string source = sources.source("bulk_rows");
+    ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
+    EXPECT_NE(source.find("pl_bulk_reduce_add((float*)"), std::string::npos);
+    EXPECT_NE(source.find("pl_atomic_add(&pl_ref3[pl_g0 * 41 + pl_g1], pl_row[pl_c])"), std::string::npos);
+    EXPECT_EQ(source.find("pl_red_add_pair("), std::string::npos);
+  }
+  pl::ops::MhaOptions o{.sm_scale = 0.0883f, .causal = true};
+  o.backward_dq = pl::ops::MhaBackwardDq::Atomic;
+  const std::string source = checked_attention_source("mha_backward_atomic_dq", {1, 256, 2, 64}, 43, o, true);
+  ASSERT_FALSE(source.empty()) << "no generated source";
+  const std::string body = first_loop(source);
+  ASSERT_FALSE(body.empty()) << "no loop in the generated source";
+  const size_t read = body.find("pl_bulk_wait_read();"), reduce = body.find("pl_bulk_reduce_add(");
+  ASSERT_NE(read, std::string::npos) << body;
+  EXPECT_LT(read, reduce);
+  EXPECT_NE(body.find("pl_bulk_commit();"), std::string::npos);
+  EXPECT_GT(source.rfind("pl_bulk_wait_all();"), source.rfind("pl_bulk_commit();"));
+}
+
 TEST(CudaWgmma, AttentionForwardAndBackward) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;

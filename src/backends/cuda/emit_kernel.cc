@@ -145,7 +145,7 @@ std::string Emitter::owner(const Layout& l) const {
 
 std::string Emitter::stage_space(int64_t bytes, const std::string& type, int64_t offset) {
   touched_shared_ = true;
-  if (smem_homes_bytes_ + offset + bytes <= target_.max_shared_bytes - kSharedReserve) {
+  if (smem_homes_bytes_ + offset + bytes + bulk_stage_bytes_ <= target_.max_shared_bytes - kSharedReserve) {
     smem_stage_bytes_ = std::max(smem_stage_bytes_, offset + bytes);
     return "((" + type + "*)(pl_stage_s + " + std::to_string(offset) + "))";
   }
@@ -428,14 +428,18 @@ static std::string sanitize(const std::string& s) {
 GeneratedKernel Emitter::run() {
   plan();
   emit_region(k_.body);
+  if (bulk_stage_bytes_ > 0) line("pl_bulk_wait_all();  // the bulk reductions done before the block ends");
   const std::string producer = producer_code();
 
   GeneratedKernel g;
   g.entry = "pl_" + sanitize(k_.name);
   g.threads = threads_ + 32 * producer_warps_;
   g.num_programs = k_.parallel_programs();  // thread blocks: one per point of the parallel axes
-  const int64_t barriers_at = (smem_homes_bytes_ + smem_stage_bytes_ + 7) / 8 * 8;  // the TMA's mbarriers
-  g.shared_bytes = tma_barrier_bytes() > 0 ? barriers_at + tma_barrier_bytes() : smem_homes_bytes_ + smem_stage_bytes_;
+  // The exchange area, then the bulk reductions' staging rows (16-byte aligned), then the TMA's mbarriers.
+  const int64_t bulk_at = (smem_homes_bytes_ + smem_stage_bytes_ + 15) / 16 * 16;
+  const int64_t staged_end = bulk_stage_bytes_ > 0 ? bulk_at + bulk_stage_bytes_ : smem_homes_bytes_ + smem_stage_bytes_;
+  const int64_t barriers_at = (staged_end + 7) / 8 * 8;
+  g.shared_bytes = tma_barrier_bytes() > 0 ? barriers_at + tma_barrier_bytes() : staged_end;
   g.scratch_bytes = global_stage_offset_ + global_stage_bytes_;
 
   std::ostringstream src;
@@ -547,6 +551,7 @@ GeneratedKernel Emitter::run() {
     src << "  unsigned char* pl_scratch = pl_scratch_base;\n";
   }
   src << "  unsigned char* pl_stage_s = pl_smem + " << smem_homes_bytes_ << ";\n";
+  if (bulk_stage_bytes_ > 0) src << "  unsigned char* pl_bulk_s = pl_smem + " << bulk_at << ";\n";
   src << "  unsigned char* pl_stage_g = pl_scratch + " << global_stage_offset_ << ";\n";
   src << "  (void)pl_stage_s; (void)pl_stage_g; (void)pl_scratch_stride; (void)pl_slot_flags;\n";
   src << tma_kernel_setup(barriers_at);

@@ -57,6 +57,8 @@ struct SmemTile {
 
 // Shared memory kept free of planned tiles: static __shared__ variables of the generated kernel.
 inline constexpr int64_t kSharedReserve = 1024;
+// Shared memory that the homes leave to the exchange area (values staged between threads).
+inline constexpr int64_t kExchangeHeadroom = 8 * 1024;
 
 // Elementwise op families that index arithmetic is made of (with the leaves each analysis allows).
 inline bool is_index_arith(ir::Op op) {
@@ -222,6 +224,8 @@ class Emitter {
   void emit_quad_store(const ir::Inst& in, const Layout& l, ir::ValueId stored);  // 16-bit mma tile, 16 bytes a thread
   // A quiet float32 atomic add of an mma accumulator on sm_90: red.global.add.v2.f32 by pairs.
   bool paired_reduction(const ir::Inst& in) const;
+  bool bulk_reduction(const ir::Inst& in) const;  // PALLADIUM_CUDA_BULK_REDUCE=1 and a tile it can take
+  void emit_bulk_reduction(const ir::Inst& in, const Layout& l, ir::ValueId value);
   // An atomic add, max, min or bitwise update whose old values nobody reads: such updates commute.
   bool quiet_update(const ir::Inst& in) const;
   void emit_smem_load(const ir::Inst& in, const SmemTile& tile);
@@ -465,6 +469,7 @@ class Emitter {
   // earlier home (whose live range has ended) used.
   std::set<size_t> reuse_barriers_;
   int64_t smem_stage_bytes_ = 0;          // the shared exchange area after them
+  int64_t bulk_stage_bytes_ = 0;          // then the bulk reductions' staging rows (pl_bulk_s)
   int64_t global_stage_bytes_ = 0;
   int64_t global_stage_offset_ = 0;       // fixed after planning
   std::ostringstream body_;

@@ -13,8 +13,6 @@ namespace {
 
 constexpr int kMaxStridedSlots = 64;   // beyond this a tile lives in global scratch
 constexpr int kMaxMmaSlots = 128;
-// Shared memory that the homes leave to the exchange area (values staged between threads).
-constexpr int64_t kExchangeHeadroom = 8 * 1024;
 
 int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
