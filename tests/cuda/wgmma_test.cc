@@ -660,29 +660,34 @@ TEST(CudaWgmma, PipelinedAttentionWarpgroupsTakeTurns) {
   }
 }
 
-// Atomic adds of a wgmma accumulator whose old values nobody reads: adjacent columns go out as one
-// red.global.add.v2.f32 where the pair is aligned (from column 0) and element by element where not
-// (from column 1). Two programs add their halves of K into the same rows.
+// Two programs add their halves of K, a wgmma accumulator whose old values nobody reads, into the
+// same 40 columns of rows of 41 floats from column `col`; against the interpreter. The source.
+std::string checked_accumulator_adds(int64_t col, const std::string& name) {
+  GeneratedSources sources("atomic-" + name);
+  auto kernel = [col](pl::Ref x, pl::Ref y, pl::Ref, pl::Ref o) {
+    pl::atomic_add(o, pl::idx(pl::slice(), pl::ds(col, 40)), pl::dot(x[pl::all], y[pl::all]));
+  };
+  check_kernel(kernel, {ShapeDtype({64, 41}, f32)},
+               {.grid = {2},
+                .in_specs = {BlockSpec({64, 32}, [](Index i) { return idx(0, i); }),
+                             BlockSpec({32, 40}, [](Index i) { return idx(i, 0); }), BlockSpec()},
+                .out_specs = {BlockSpec()},
+                .input_output_aliases = {{2, 0}},
+                .name = name,
+                .debug = true},
+               {normal(51, {64, 64}, bf16), normal(52, {64, 40}, bf16), normal(53, {64, 41})});
+  return sources.source(name);
+}
+
+// Adjacent columns go out as one red.global.add.v2.f32 where the pair is aligned (from column 0)
+// and element by element where not (from column 1).
 TEST(CudaWgmma, AtomicAddsOfAnAccumulatorPairUp) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;
   for (int64_t col : {0, 1}) {
     SCOPED_TRACE("first column " + std::to_string(col));
-    GeneratedSources sources("atomic-pairs-test");
-    auto kernel = [col](pl::Ref x, pl::Ref y, pl::Ref, pl::Ref o) {
-      pl::atomic_add(o, pl::idx(pl::slice(), pl::ds(col, 40)), pl::dot(x[pl::all], y[pl::all]));
-    };
-    check_kernel(kernel, {ShapeDtype({64, 41}, f32)},
-                 {.grid = {2},
-                  .in_specs = {BlockSpec({64, 32}, [](Index i) { return idx(0, i); }),
-                               BlockSpec({32, 40}, [](Index i) { return idx(i, 0); }), BlockSpec()},
-                  .out_specs = {BlockSpec()},
-                  .input_output_aliases = {{2, 0}},
-                  .name = "atomic_pairs",
-                  .debug = true},
-                 {normal(51, {64, 64}, bf16), normal(52, {64, 40}, bf16), normal(53, {64, 41})});
-    const std::string source = sources.source("atomic_pairs");
-    ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
+    const std::string source = checked_accumulator_adds(col, "atomic_pairs");
+    ASSERT_FALSE(source.empty()) << "no generated source";
     EXPECT_NE(source.find("pl_red_add_pair("), std::string::npos);
     EXPECT_NE(source.find("(void)pl_atomic_add(&"), std::string::npos);  // edges and misaligned pairs
   }
@@ -690,30 +695,17 @@ TEST(CudaWgmma, AtomicAddsOfAnAccumulatorPairUp) {
 
 // PALLADIUM_CUDA_BULK_REDUCE=1: the same atomic adds through shared memory, one TMA bulk reduction
 // per row where the row is inside the array and 16-byte aligned (rows of 41 floats from column 0:
-// one in four), element by element from shared memory elsewhere (from column 1: every row); each
-// against the interpreter. In the atomic-dq backward the reduction waits for its staging rows to
-// be read before rewriting them, and every thread waits for its reductions before the block ends.
+// one in four), element by element from shared memory elsewhere (from column 1: every row). In the
+// atomic-dq backward the reduction waits for its staging rows to be read before rewriting them,
+// and every thread waits for its reductions before the block ends.
 TEST(CudaWgmma, BulkReductionsAddAccumulatorRowsThroughSharedMemory) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;
   test_support::ScopedEnv bulk("PALLADIUM_CUDA_BULK_REDUCE", "1");
   for (int64_t col : {0, 1}) {
     SCOPED_TRACE("first column " + std::to_string(col));
-    GeneratedSources sources("bulk-reduce-test");
-    auto kernel = [col](pl::Ref x, pl::Ref y, pl::Ref, pl::Ref o) {
-      pl::atomic_add(o, pl::idx(pl::slice(), pl::ds(col, 40)), pl::dot(x[pl::all], y[pl::all]));
-    };
-    check_kernel(kernel, {ShapeDtype({64, 41}, f32)},
-                 {.grid = {2},
-                  .in_specs = {BlockSpec({64, 32}, [](Index i) { return idx(0, i); }),
-                               BlockSpec({32, 40}, [](Index i) { return idx(i, 0); }), BlockSpec()},
-                  .out_specs = {BlockSpec()},
-                  .input_output_aliases = {{2, 0}},
-                  .name = "bulk_rows",
-                  .debug = true},
-                 {normal(51, {64, 64}, bf16), normal(52, {64, 40}, bf16), normal(53, {64, 41})});
-    const std::string source = sources.source("bulk_rows");
-    ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
+    const std::string source = checked_accumulator_adds(col, "bulk_rows");
+    ASSERT_FALSE(source.empty()) << "no generated source";
     EXPECT_NE(source.find("pl_bulk_reduce_add((float*)"), std::string::npos);
     EXPECT_NE(source.find("pl_atomic_add(&pl_ref3[pl_g0 * 41 + pl_g1], pl_row[pl_c])"), std::string::npos);
     EXPECT_EQ(source.find("pl_red_add_pair("), std::string::npos);
