@@ -695,9 +695,10 @@ TEST(CudaWgmma, AtomicAddsOfAnAccumulatorPairUp) {
 
 // PALLADIUM_CUDA_BULK_REDUCE=1: the same atomic adds through shared memory, one TMA bulk reduction
 // per row where the row is inside the array and 16-byte aligned (rows of 41 floats from column 0:
-// one in four), element by element from shared memory elsewhere (from column 1: every row). In the
-// atomic-dq backward the reduction waits for its staging rows to be read before rewriting them,
-// and every thread waits for its reductions before the block ends.
+// one in four), element by element from shared memory elsewhere (from column 1: every row); each
+// warp holds whole rows of the tile and stages and reduces its own. In the atomic-dq backward the
+// reduction waits for its staging rows to be read before rewriting them, adds no block-wide
+// barrier to the loop's three, and every thread waits for its reductions before the block ends.
 TEST(CudaWgmma, BulkReductionsAddAccumulatorRowsThroughSharedMemory) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;
@@ -709,6 +710,7 @@ TEST(CudaWgmma, BulkReductionsAddAccumulatorRowsThroughSharedMemory) {
     EXPECT_NE(source.find("pl_bulk_reduce_add((float*)"), std::string::npos);
     EXPECT_NE(source.find("pl_atomic_add(&pl_ref3[pl_g0 * 41 + pl_g1], pl_row[pl_c])"), std::string::npos);
     EXPECT_EQ(source.find("pl_red_add_pair("), std::string::npos);
+    EXPECT_NE(source.find("(each warp its own rows)"), std::string::npos);
   }
   pl::ops::MhaOptions o{.sm_scale = 0.0883f, .causal = true};
   o.backward_dq = pl::ops::MhaBackwardDq::Atomic;
@@ -720,6 +722,7 @@ TEST(CudaWgmma, BulkReductionsAddAccumulatorRowsThroughSharedMemory) {
   ASSERT_NE(read, std::string::npos) << body;
   EXPECT_LT(read, reduce);
   EXPECT_NE(body.find("pl_bulk_commit();"), std::string::npos);
+  EXPECT_EQ(test_support::count_of(body, "__syncthreads();"), 3u);  // the tiles' arrival, P^T, dS stored
   EXPECT_GT(source.rfind("pl_bulk_wait_all();"), source.rfind("pl_bulk_commit();"));
 }
 

@@ -239,8 +239,9 @@ bool Emitter::bulk_reduction(const ir::Inst& in) const {
 // element from shared memory. The staging rows are rewritten only after their last reduction has
 // read them (wait_group.read before the barrier), and every thread waits for its reductions to
 // complete before the kernel ends. Opt-in: in that backward (job 4) it cut L2's requests 201M ->
-// 88M but ran 2.42 -> 2.81 ms, the staging rows costing a block per SM and its two barriers per
-// iteration stalling the warps; a warp of its own issuing the reductions would need neither barrier.
+// 88M but ran 2.42 -> 2.81 ms, the staging rows costing a block per SM and its two block-wide
+// barriers per iteration stalling the warps (since then each warp reduces its own rows where it
+// holds whole rows).
 void Emitter::emit_bulk_reduction(const ir::Inst& in, const Layout& l, ir::ValueId value) {
   touched_shared_ = true;
   bulk_stage_bytes_ = std::max(bulk_stage_bytes_, bulk_stage_bytes(l));
@@ -248,17 +249,31 @@ void Emitter::emit_bulk_reduction(const ir::Inst& in, const Layout& l, ir::Value
   const int64_t rows = l.shape[0], cols = l.shape[1], stride = cols + 8;
   const std::string ptr = "pl_ref" + std::to_string(in.i0), L = "pl_L" + std::to_string(l.id);
   const std::string stage = "((float*)pl_bulk_s)";
-  line("// bulk reduction into pl_ref" + std::to_string(in.i0) + ": the staging rows, then a TMA reduction per row");
+  // Where each warp holds whole rows (warps side by side in rows only), it stages and reduces its
+  // own rows, synchronised within the warp: no block-wide barrier.
+  const int64_t warp_rows = rows / l.warps_m;
+  const bool by_warp = l.warps_n == 1 && warp_rows <= 32;
+  auto sync = [&] {
+    if (by_warp) line("__syncwarp();");
+    else barrier();
+  };
+  line("// bulk reduction into pl_ref" + std::to_string(in.i0) + ": the staging rows, then a TMA reduction per row" +
+       (by_warp ? " (each warp its own rows)" : ""));
   line("pl_bulk_wait_read();");
-  barrier();
+  sync();
   line("#pragma unroll");
   open("for (int s = 0; s < " + std::to_string(l.slots) + "; s += 2)");
   line("*(float2*)&" + stage + "[" + L + "_row(s) * " + std::to_string(stride) + " + " + L + "_col(s)] = make_float2(" +
        name(value) + "[s], " + name(value) + "[s + 1]);");
   close();
   line("pl_fence_proxy_async();");
-  barrier();
-  open("for (int pl_r = pl_tid(); pl_r < " + std::to_string(rows) + "; pl_r += " + std::to_string(threads_) + ")");
+  sync();
+  if (by_warp) {
+    open("if (pl_lane() < " + std::to_string(warp_rows) + ")");
+    line("const int pl_r = pl_warp() * " + std::to_string(warp_rows) + " + pl_lane();");
+  } else {
+    open("for (int pl_r = pl_tid(); pl_r < " + std::to_string(rows) + "; pl_r += " + std::to_string(threads_) + ")");
+  }
   line("const float* pl_row = " + stage + " + pl_r * " + std::to_string(stride) + ";");
   const Address a = address_of(*this, in, [](size_t j) { return j == 0 ? std::string("pl_r") : std::string("0"); });
   for (const std::string& s : a.lines) line(s);
