@@ -252,7 +252,7 @@ void Emitter::emit_bulk_reduction(const ir::Inst& in, const Layout& l, ir::Value
   // Where each warp holds whole rows (warps side by side in rows only), it stages and reduces its
   // own rows, synchronised within the warp: no block-wide barrier.
   const int64_t warp_rows = rows / l.warps_m;
-  const bool by_warp = l.warps_n == 1 && warp_rows <= 32;
+  const bool by_warp = l.warps_n == 1 && warp_rows <= 32 && warp_rows == 16 * int64_t{l.tiles_m};
   auto sync = [&] {
     if (by_warp) line("__syncwarp();");
     else barrier();
