@@ -479,9 +479,9 @@ void bench_attention_backward() {
       o.backward_block_q = cfg.bwd_block_q;
       o.backward_dq = cfg.dq;
       if (cfg.stages) o.backward_num_stages = cfg.stages;
-      const std::string name = "palladium mha_vjp f" + std::to_string(cfg.fwd_block) + " b" +
-                               (cfg.bwd_block_q ? std::to_string(cfg.bwd_block_q) + "x" : "") + std::to_string(cfg.bwd_block) + (cfg.stages ? " s" + std::to_string(cfg.stages) : "") +
-                               (cfg.dq == Dq::Atomic ? " atomic" : "");
+      const std::string blocks = (cfg.bwd_block_q ? std::to_string(cfg.bwd_block_q) + "x" : "") + std::to_string(cfg.bwd_block);
+      const std::string name = "palladium mha_vjp f" + std::to_string(cfg.fwd_block) + " b" + blocks +
+                               (cfg.stages ? " s" + std::to_string(cfg.stages) : "") + (cfg.dq == Dq::Atomic ? " atomic" : "");
       try {
         const double ms = events_ms([&] { (void)pl::ops::mha_vjp(c.q, c.k, c.v, pl::Array(), o).backward(c.dout); }, 3);
         report("attn fwd+bwd", c.tag(), name, ms, tflops(3.5 * c.forward_flops(), ms));

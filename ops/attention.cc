@@ -360,7 +360,9 @@ std::tuple<Array, Array, Array> mha_backward(const Array& q, const Array& k, con
   PL_CHECK(options.backward_block >= 0, "mha_backward: backward_block must be positive, or 0 for the forward's "
            "blocks, got ", options.backward_block);
   const bool atomic_dq = options.backward_dq == MhaBackwardDq::Atomic;
-  PL_CHECK(options.backward_block_q == 0 || (options.backward_block_q > 0 && options.backward_block > 0 && atomic_dq),
+  PL_CHECK(options.backward_block_q >= 0, "mha_backward: backward_block_q must be positive, or 0 for backward_block, got ",
+           options.backward_block_q);
+  PL_CHECK(options.backward_block_q == 0 || (options.backward_block > 0 && atomic_dq),
            "mha_backward: backward_block_q (", options.backward_block_q, ") needs backward_dq = Atomic and a "
            "positive backward_block (the seed's separate dq scan takes its query and key blocks equal), got "
            "backward_block ", options.backward_block);

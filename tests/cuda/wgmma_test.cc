@@ -471,7 +471,8 @@ TEST(CudaWgmma, ColumnReloadKeepsTheReshapeItsOtherReadersNeed) {
                {normal(5, {64, 64}, bf16), normal(6, {64, 64}, bf16), normal(7, {64}, f32)}, 1e-5);
   const std::string source = sources.source("column_reload");
   ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
-  EXPECT_NE(source.find("pl_L0_col(s)"), std::string::npos) << source;  // the bias loaded by column
+  // The bias loaded by column: once per column, slots s and s ^ 2 sharing it (emit_reloaded_broadcast).
+  EXPECT_NE(source.find("[s ^ 2]; continue; }"), std::string::npos) << source;
 }
 
 // MhaBackwardDq::Atomic: five dots per block pair, all on wgmma. The two pairs of independent
@@ -720,10 +721,13 @@ TEST(CudaWgmma, BulkReductionsAddAccumulatorRowsThroughSharedMemory) {
   ASSERT_FALSE(body.empty()) << "no loop in the generated source";
   const size_t read = body.find("pl_bulk_wait_read();"), reduce = body.find("pl_bulk_reduce_add(");
   ASSERT_NE(read, std::string::npos) << body;
+  ASSERT_NE(reduce, std::string::npos) << body;
   EXPECT_LT(read, reduce);
   EXPECT_NE(body.find("pl_bulk_commit();"), std::string::npos);
   EXPECT_EQ(test_support::count_of(body, "__syncthreads();"), 3u);  // the tiles' arrival, P^T, dS stored
-  EXPECT_GT(source.rfind("pl_bulk_wait_all();"), source.rfind("pl_bulk_commit();"));
+  const size_t wait_all = source.rfind("pl_bulk_wait_all();");
+  ASSERT_NE(wait_all, std::string::npos);
+  EXPECT_GT(wait_all, source.rfind("pl_bulk_commit();"));
 }
 
 TEST(CudaWgmma, AttentionForwardAndBackward) {

@@ -189,6 +189,10 @@ TEST(Attention, BackwardBlocksIndependentOfTheForward) {
   EXPECT_THAT(pl::test_support::error_message([&] { (void)pl::ops::mha_vjp(q, k, v, pl::Array(), opt).backward(dout); }),
               ::testing::HasSubstr("mha_backward: backward_block_q (16) needs backward_dq = Atomic and a positive "
                                    "backward_block"));
+  opt.backward_dq = pl::ops::MhaBackwardDq::Atomic;
+  opt.backward_block_q = -16;
+  EXPECT_THAT(pl::test_support::error_message([&] { (void)pl::ops::mha_vjp(q, k, v, pl::Array(), opt).backward(dout); }),
+              ::testing::HasSubstr("mha_backward: backward_block_q must be positive, or 0 for backward_block, got -16"));
 }
 
 // MhaOptions::autotune times the block shapes that divide the sequence (here 128 x 128, 128 x 64,

@@ -225,9 +225,10 @@ bool Emitter::bulk_reduction(const ir::Inst& in) const {
   const std::vector<ValueDim> dims = value_dims(in, p);
   if (dims.size() != 2 || dims[1].gather || dims[1].stride != 1 || dims[1].array_dim + 1 != p.array_shape.size())
     return false;
-  // Its own shared memory beside the homes, the exchange area's headroom and the TMA's barriers.
+  // Its own shared memory beside the homes, the exchange area's headroom and the TMA's barriers
+  // (planned before emission; the 8 bytes cover run()'s alignment of the barriers).
   const int64_t need = smem_homes_bytes_ + std::max<int64_t>(smem_stage_bytes_, kExchangeHeadroom) +
-                       std::max(bulk_stage_bytes_, bulk_stage_bytes(l)) + 1024;
+                       std::max(bulk_stage_bytes_, bulk_stage_bytes(l)) + tma_barrier_bytes() + 8;
   return need <= target_.max_shared_bytes - kSharedReserve;
 }
 
