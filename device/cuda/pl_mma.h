@@ -7,11 +7,20 @@
 #pragma once
 #include "cuda/pl_types.h"
 
-// Shared-memory address of a generic pointer (cvta.to.shared).
+// The kernel's dynamic shared memory (every generated kernel's one shared area).
+extern __shared__ __align__(1024) unsigned char pl_smem[];
+// Shared-memory address of a pointer into pl_smem: the area's address (one cvta.to.shared) plus
+// the 32-bit offset, so that an address the code forms as pl_smem + offset costs an add, not
+// 64-bit generic arithmetic and a conversion per use (every wgmma descriptor).
+// PL_GENERIC_SMEM_ADDRESSES (PALLADIUM_CUDA_UNIFORM_ADDRESSES=0) converts each pointer instead.
 PL_DEVICE unsigned pl_smem_addr(const void* p) {
+#ifdef PL_GENERIC_SMEM_ADDRESSES
   unsigned long long a;
   asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
   return (unsigned)a;
+#else
+  return (unsigned)__cvta_generic_to_shared(pl_smem) + (unsigned)((const unsigned char*)p - pl_smem);
+#endif
 }
 
 // ldmatrix.sync.aligned.m8n8.x4.shared.b16: four 8x8 b16 matrices; lane l gives the address of

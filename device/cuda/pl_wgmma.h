@@ -19,10 +19,19 @@ PL_DEVICE int pl_swz_chunk(int r, int q, int rows) {
 
 // Matrix descriptor (PTX "matrix-descriptor-encode"): start address >> 4 in bits 0-13, leading
 // byte offset >> 4 in 16-29, stride byte offset >> 4 in 32-45, swizzle mode in 62-63 (1: 128B).
+// Built as two 32-bit halves (the upper one a constant), joined as a register pair.
 PL_DEVICE unsigned long long pl_wgmma_desc(const void* smem, unsigned lbo, unsigned sbo) {
+#ifdef PL_GENERIC_SMEM_ADDRESSES
   const unsigned long long a = pl_smem_addr(smem);
   return ((a & 0x3FFFFull) >> 4) | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16) |
          ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+#else
+  const unsigned lo = ((pl_smem_addr(smem) & 0x3FFFFu) >> 4) | (((lbo >> 4) & 0x3FFFu) << 16);
+  const unsigned hi = ((sbo >> 4) & 0x3FFFu) | (1u << 30);
+  unsigned long long r;
+  asm("mov.b64 %0, {%1, %2};" : "=l"(r) : "r"(lo), "r"(hi));
+  return r;
+#endif
 }
 // The descriptor of the bytes `offset` past a descriptor's start: one 32-bit add to its address
 // field (shared addresses stay below 2^18, so the field cannot carry), which the k16 steps of one

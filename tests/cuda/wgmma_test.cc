@@ -306,6 +306,31 @@ TEST(CudaWgmma, MaskedScoresStayUnscaledWhereTheMaskHolds) {
   }
 }
 
+// Shared addresses as 32-bit offsets from the kernel's one shared area (pl_smem_addr), and the
+// warpgroup index computed once at the top: PALLADIUM_CUDA_UNIFORM_ADDRESSES=0 keeps the generic
+// pointers (the prelude's PL_GENERIC_SMEM_ADDRESSES) and a shuffle in every dot. The forward at
+// head_dim 64, blocks 128 x 64 (two programs an SM) and its backward, both ways against float64.
+TEST(CudaWgmma, SharedAddressesAreOffsetsFromTheSharedArea) {
+  PL_REQUIRE_NVRTC();
+  WgmmaOn on;
+  int index = 0;
+  for (bool uniform : {true, false}) {
+    SCOPED_TRACE(uniform ? "offsets" : "PALLADIUM_CUDA_UNIFORM_ADDRESSES=0");
+    test_support::ScopedEnv env{"PALLADIUM_CUDA_UNIFORM_ADDRESSES", uniform ? "1" : "0"};
+    const float scale = 0.1251f + 0.0001f * static_cast<float>(index);  // one pallas_call per side
+    const std::string source = checked_attention_source(
+        "mha_forward", {1, 256, 2, 64}, 91 + 4 * static_cast<uint64_t>(index++),
+        {.sm_scale = scale, .causal = true, .block_q = 128, .block_k = 64}, true);
+    ASSERT_FALSE(source.empty()) << "no generated source";
+    EXPECT_EQ(source.find("#define PL_GENERIC_SMEM_ADDRESSES") != std::string::npos, !uniform);
+    EXPECT_EQ(source.find("extern __shared__"), std::string::npos);  // the prelude declares pl_smem
+    const std::string body = first_loop(source);
+    ASSERT_FALSE(body.empty()) << "no loop in the generated source";
+    EXPECT_EQ(body.find("pl_warpgroup()") != std::string::npos, !uniform);
+    EXPECT_EQ(body.find("const int pl_wg = pl_wg_top;") != std::string::npos, uniform);
+  }
+}
+
 // The pipelined attention forward (head_dim 128, one program per SM) is served by a producer
 // warpgroup that hands its registers to the two consumer warpgroups (setmaxnreg: 168 a thread at
 // launch, 24 and 240 after), and ptxas keeps its wgmma asynchronous: compiled again with
@@ -376,9 +401,13 @@ TEST(CudaWgmma, PipelinedAttentionLoopGetsAProducerWarpgroup) {
     EXPECT_EQ(test_support::count_of(body, "pl_mbar_arrive(&pl_empty1["), 1u);
     EXPECT_EQ(test_support::count_of(body, "__syncthreads();"), 0u);
     // Two consumer warpgroups: the index is broadcast from lane 0 (uniform registers for the
-    // descriptors), never the per-lane pl_warp() >> 2.
+    // descriptors), never the per-lane pl_warp() >> 2. With a producer, in each dot (computed once
+    // at the top, the ping-pong loops ran slower: emitter.h, uniform_addresses), and shared
+    // addresses stay generic pointers.
     EXPECT_EQ(source.find("const int pl_wg = pl_warp() >> 2"), std::string::npos);
     EXPECT_NE(source.find("const int pl_wg = pl_warpgroup();"), std::string::npos);
+    EXPECT_EQ(source.find("pl_wg_top"), std::string::npos);
+    EXPECT_NE(source.find("#define PL_GENERIC_SMEM_ADDRESSES"), std::string::npos);
     expect_wgmma_unserialised(source);
   }
 }

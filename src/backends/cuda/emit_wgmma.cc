@@ -141,7 +141,7 @@ void Emitter::emit_wgmma_issue(const ir::Inst& in, ir::ValueId a, ir::ValueId b,
   max_fragment_regs_ = std::max<int64_t>(max_fragment_regs_, a_regs ? k / 4 : 1);
   open("");
   // This warp's warpgroup (rows 64 * pl_wg ..): a constant where one warpgroup computes.
-  line(std::string("const int pl_wg = ") + (threads_ <= 128 ? "0" : "pl_warpgroup()") + ";");
+  line(std::string("const int pl_wg = ") + (threads_ <= 128 ? "0" : uniform_addresses() ? "pl_wg_top" : "pl_warpgroup()") + ";");
   line("(void)pl_wg;");
   if (a_regs) {
     // A from registers: the warp's 16 rows of k16 step kk are accumulator tiles 2kk and 2kk + 1,
