@@ -17,9 +17,15 @@ PL_DEVICE int pl_swz_chunk(int r, int q, int rows) {
   return (q >> 3) * rows * 128 + (r >> 3) * 1024 + (r & 7) * 128 + (((q & 7) ^ (r & 7)) << 4);
 }
 
+// Two 32-bit halves joined as a register pair (written in C, ptxas added a carry and an or).
+PL_DEVICE unsigned long long pl_join64(unsigned lo, unsigned hi) {
+  unsigned long long r;
+  asm("mov.b64 %0, {%1, %2};" : "=l"(r) : "r"(lo), "r"(hi));
+  return r;
+}
 // Matrix descriptor (PTX "matrix-descriptor-encode"): start address >> 4 in bits 0-13, leading
 // byte offset >> 4 in 16-29, stride byte offset >> 4 in 32-45, swizzle mode in 62-63 (1: 128B).
-// Built as two 32-bit halves (the upper one a constant), joined as a register pair.
+// Built as two 32-bit halves (the upper one a constant).
 PL_DEVICE unsigned long long pl_wgmma_desc(const void* smem, unsigned lbo, unsigned sbo) {
 #ifdef PL_GENERIC_SMEM_ADDRESSES
   const unsigned long long a = pl_smem_addr(smem);
@@ -27,10 +33,7 @@ PL_DEVICE unsigned long long pl_wgmma_desc(const void* smem, unsigned lbo, unsig
          ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
 #else
   const unsigned lo = ((pl_smem_addr(smem) & 0x3FFFFu) >> 4) | (((lbo >> 4) & 0x3FFFu) << 16);
-  const unsigned hi = ((sbo >> 4) & 0x3FFFu) | (1u << 30);
-  unsigned long long r;
-  asm("mov.b64 %0, {%1, %2};" : "=l"(r) : "r"(lo), "r"(hi));
-  return r;
+  return pl_join64(lo, ((sbo >> 4) & 0x3FFFu) | (1u << 30));
 #endif
 }
 // The descriptor of the bytes `offset` past a descriptor's start: one 32-bit add to its address
@@ -41,10 +44,7 @@ PL_DEVICE unsigned long long pl_wgmma_desc(const void* smem, unsigned lbo, unsig
 // blocks 128 x 128 2.006 -> 1.875-1.883 ms, s2048 0.565 -> 0.539-0.541, d64 causal s8192
 // 1.641 -> 1.563-1.581; forward+backward d128 s8192 8.87 -> 8.49, s2048 2.36 -> 2.29.
 PL_DEVICE unsigned long long pl_wgmma_desc_step(unsigned long long desc, int offset) {
-  const unsigned lo = (unsigned)desc + ((unsigned)offset >> 4), hi = (unsigned)(desc >> 32);
-  unsigned long long r;  // the halves joined as a register pair (written in C, ptxas added a carry and an or)
-  asm("mov.b64 %0, {%1, %2};" : "=l"(r) : "r"(lo), "r"(hi));
-  return r;
+  return pl_join64((unsigned)desc + ((unsigned)offset >> 4), (unsigned)(desc >> 32));
 }
 // K-major operand (C = K) at k16 step kk: 8-row groups 1024 bytes apart; the step moves 32 bytes
 // along the 128-byte row, and to the next column block every four steps.

@@ -81,6 +81,17 @@ void Emitter::close(const std::string& s) {
   --indent_;
   line(s);
 }
+// Shared addresses as 32-bit offsets from the one dynamic shared area, and the warpgroup index
+// computed once (pl_smem_addr, pl_wg_top): fewer uniform-datapath instructions ahead of each
+// wgmma. Only in kernels without a producer: on the H200 (stop 44, docs/performance.md) the head_dim
+// 64 forward at blocks 128 x 64 ran 1.5-2.6% faster and the backward within noise, while in
+// producer kernels the ping-pong loops lost 3-5% (d64, 128 x 128) and 17-26% (causal d128,
+// 128 x 128), cause not found. PALLADIUM_CUDA_UNIFORM_ADDRESSES=0 keeps generic pointers everywhere.
+bool Emitter::uniform_addresses() const {
+  const char* env = std::getenv("PALLADIUM_CUDA_UNIFORM_ADDRESSES");
+  return producer_warps_ == 0 && !(env && std::string(env) == "0");
+}
+
 void Emitter::barrier() {
   touched_shared_ = true;
   barrier_in_body_ = true;

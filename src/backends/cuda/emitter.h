@@ -10,7 +10,6 @@
 // Control flow is uniform across the block (predicates and bounds are scalars every thread
 // computes alike), so barriers may sit inside loops and branches.
 #pragma once
-#include <cstdlib>
 #include <map>
 #include <optional>
 #include <set>
@@ -365,16 +364,7 @@ class Emitter {
   int producer_regs_ = 0, consumer_regs_ = 0;
   std::vector<const ir::Inst*> producer_scalars_;  // top-level scalars the producer recomputes
   std::string tma_issuer_ = "pl_tid() == 0";       // the condition under which copies are issued
-  // Shared addresses as 32-bit offsets from the one dynamic shared area, and the warpgroup index
-  // computed once (pl_smem_addr, pl_wg_top): fewer uniform-datapath instructions ahead of each
-  // wgmma. In kernels without a producer (the H200, stop 44 jobs 5-6: the head_dim 64 forward at
-  // blocks 128 x 64 2-3% faster, the backward within noise); with one the ping-pong loops lost
-  // 3-5% (d64, blocks 128 x 128) and 17-26% (causal d128, 128 x 128), so those keep generic
-  // pointers and a shuffle per dot. PALLADIUM_CUDA_UNIFORM_ADDRESSES=0 keeps them everywhere.
-  bool uniform_addresses() const {
-    const char* env = std::getenv("PALLADIUM_CUDA_UNIFORM_ADDRESSES");
-    return producer_warps_ == 0 && !(env && std::string(env) == "0");
-  }
+  bool uniform_addresses() const;  // shared offsets and pl_wg_top (emit_kernel.cc)
   void choose_producer();                          // assign_producer, then the rings' split
   void assign_producer();                          // which loops the producer serves
   std::string producer_code();                     // the producer's body ("" without one)
