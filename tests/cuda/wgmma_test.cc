@@ -46,11 +46,13 @@ std::string first_loop(const std::string& source) {
   return source.substr(loop, end - loop);
 }
 
-// Compiles the forward's source for sm_90a with ptxas's report: no wgmma serialised (C7520: a
-// wgmma on a divergent path; C7508), no spills.
-void expect_wgmma_unserialised(const std::string& source) {
+// Compiles the forward's source (or `entry`'s) for sm_90a with ptxas's report: no wgmma serialised
+// (C7520: a wgmma on a divergent path; C7508), no spills; with `no_injected_wait`, no wait that
+// ptxas injected either (C7517: before a wgmma, to read registers an earlier one defines).
+void expect_wgmma_unserialised(const std::string& source, const std::string& entry = "pl_mha_forward",
+                               bool no_injected_wait = false) {
   cuda::GeneratedKernel g;
-  g.entry = "pl_mha_forward";
+  g.entry = entry;
   g.source = source;
   test_support::ScopedEnv verbose{"PALLADIUM_CUDA_PTXAS_VERBOSE", "1"};
   testing::internal::CaptureStderr();
@@ -67,6 +69,9 @@ void expect_wgmma_unserialised(const std::string& source) {
   EXPECT_NE(report.find("Used "), std::string::npos) << report;
   EXPECT_EQ(report.find("C7520"), std::string::npos) << report;
   EXPECT_EQ(report.find("C7508"), std::string::npos) << report;
+  if (no_injected_wait) {
+    EXPECT_EQ(report.find("C7517"), std::string::npos) << report;
+  }
   EXPECT_NE(report.find(" 0 bytes spill stores"), std::string::npos) << report;
 }
 
@@ -331,6 +336,53 @@ TEST(CudaWgmma, SharedAddressesAreOffsetsFromTheSharedArea) {
   }
 }
 
+// At head_dim 128 both loops of the attention backward issue dout v^T beside q k^T
+// (early_dots.h) and wait for q k^T alone (wgmma.wait_group 1): the softmax runs while dout v^T
+// is on the tensor cores, and in the dK/dV loop dv = p^T dout runs while ds is computed. ptxas keeps the two apart (no C7517, which it reported when dout v^T
+// accumulated onto the -delta computed in the loop). With PALLADIUM_CUDA_EARLY_DOTS=0, and at
+// head_dim 64 (dots of 64 products stay), the dots stay where the kernel wrote them and every
+// wait is wait_group 0. All against float64.
+TEST(CudaWgmma, BackwardIssuesDoutVBesideQK) {
+  PL_REQUIRE_NVRTC();
+  WgmmaOn on;
+  struct Variant {
+    bool early;
+    int64_t head_dim;
+    bool causal;
+    bool stores_beside = true;
+  };
+  int index = 0;
+  for (const Variant& t : {Variant{true, 128, false}, Variant{true, 128, true}, Variant{false, 128, false},
+                           Variant{true, 64, false}, Variant{true, 128, false, false}}) {
+    const bool early = t.early && t.head_dim >= 128, causal = t.causal;
+    SCOPED_TRACE(std::string(t.early ? "default" : "PALLADIUM_CUDA_EARLY_DOTS=0") + ", head_dim " +
+                 std::to_string(t.head_dim) + (causal ? ", causal" : "") +
+                 (t.stores_beside ? "" : ", PALLADIUM_CUDA_STORES_BESIDE_DOTS=0"));
+    test_support::ScopedEnv env{"PALLADIUM_CUDA_EARLY_DOTS", t.early ? "1" : "0"};
+    test_support::ScopedEnv stores{"PALLADIUM_CUDA_STORES_BESIDE_DOTS", t.stores_beside ? "1" : "0"};
+    const float scale = 0.1171f + 0.0001f * static_cast<float>(index);  // one pallas_call per side
+    const std::string source = checked_attention_source("mha_backward", {1, 256, 2, t.head_dim},
+                                                        131 + 4 * static_cast<uint64_t>(index++),
+                                                        {.sm_scale = scale, .causal = causal}, true);
+    ASSERT_FALSE(source.empty()) << "no generated source";
+    const std::string dkdv = first_loop(source);
+    ASSERT_FALSE(dkdv.empty()) << "no loop in the generated source";
+    const std::string dq = first_loop(source.substr(source.find(dkdv) + dkdv.size()));
+    ASSERT_FALSE(dq.empty()) << "no second loop in the generated source";
+    // dK/dV: q k^T retired alone, then dout v^T alone while p^T dout runs (p's home is stored
+    // beside dout v^T, which does not read it; with STORES_BESIDE_DOTS=0 the store retires it);
+    // dQ: q k^T alone.
+    EXPECT_EQ(test_support::count_of(dkdv, "pl_wgmma_wait<1>();"), early ? (t.stores_beside ? 2u : 1u) : 0u) << dkdv;
+    EXPECT_EQ(test_support::count_of(dq, "pl_wgmma_wait<1>();"), early ? 1u : 0u) << dq;
+    for (const std::string& body : {dkdv, dq}) {
+      // q k^T and dout v^T committed before the first wait
+      const size_t first_wait = body.find("pl_wgmma_wait<");
+      EXPECT_EQ(test_support::count_of(body.substr(0, first_wait), "pl_wgmma_commit();"), early ? 2u : 1u) << body;
+    }
+    if (early) expect_wgmma_unserialised(source, "pl_mha_backward", true);
+  }
+}
+
 // The pipelined attention forward (head_dim 128, one program per SM) is served by a producer
 // warpgroup that hands its registers to the two consumer warpgroups (setmaxnreg: 168 a thread at
 // launch, 24 and 240 after), and ptxas keeps its wgmma asynchronous: compiled again with
@@ -504,9 +556,10 @@ TEST(CudaWgmma, ColumnReloadKeepsTheReshapeItsOtherReadersNeed) {
   EXPECT_NE(source.find("[s ^ 2]; continue; }"), std::string::npos) << source;
 }
 
-// MhaBackwardDq::Atomic: five dots per block pair, all on wgmma. The two pairs of independent
-// dots (dv and dp, then dk and dq, which read one shared P^T or dS tile) are issued together and
-// retired by one wait each; the dq adds need no barrier and go out as pairs. Then against float64.
+// MhaBackwardDq::Atomic: five dots per block pair, all on wgmma. Independent dots are issued
+// together: dp beside q k^T (early_dots.h; q k^T retired alone), dv while dp runs (dp retired
+// alone, dv still running while ds is computed and stored), then dk and dq, which read one dS tile,
+// retired by one wait; the dq adds need no barrier and go out as pairs. Then against float64.
 TEST(CudaWgmma, AtomicDqBackwardJoinsIndependentDotsAndPairsItsAdds) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;
@@ -517,7 +570,8 @@ TEST(CudaWgmma, AtomicDqBackwardJoinsIndependentDotsAndPairsItsAdds) {
   EXPECT_EQ(test_support::count_of(source, "pl_wgmma_n") - test_support::count_of(source, "void pl_wgmma_n"), 5u);
   const std::string body = first_loop(source);
   ASSERT_FALSE(body.empty()) << "no loop in the generated source";
-  EXPECT_EQ(test_support::count_of(body, "pl_wgmma_wait<0>();"), 3u);  // q k^T; dv with dp; dk with dq
+  EXPECT_EQ(test_support::count_of(body, "pl_wgmma_wait<1>();"), 2u);  // q k^T; dp
+  EXPECT_EQ(test_support::count_of(body, "pl_wgmma_wait<0>();"), 1u);  // dv, dk and dq
   EXPECT_EQ(test_support::count_of(body, "__syncthreads();"), 3u);     // the tiles' arrival, P^T, dS stored
   EXPECT_NE(body.find("pl_red_add_pair("), std::string::npos);
 }

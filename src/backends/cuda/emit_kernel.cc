@@ -6,6 +6,7 @@
 #include <iomanip>
 #include <optional>
 
+#include "backends/common/early_dots.h"
 #include "backends/common/transposed_products.h"
 #include "backends/cuda/emitter.h"
 #include "palladium/error.h"
@@ -260,20 +261,34 @@ void Emitter::emit_inst_beside_dots(const ir::Inst& in) {
     return !(env && std::string(env) == "0");
   }();
   const bool joining_dot = join && f == ir::Family::Dot && wgmma_dots_.count(&in) && !pipelined_by_dot_.count(&in);
-  if (!in.regions.empty() || (f == ir::Family::Dot && !joining_dot) || f == ir::Family::Effect ||
-      ir::reads(in, dots_in_flight_)) {
+  if (!in.regions.empty() || (f == ir::Family::Dot && !joining_dot) || f == ir::Family::Effect) {
     retire_dots();
     return emit_inst(in);
   }
-  const std::set<ir::ValueId> earlier = dots_in_flight_;
+  if (ir::reads(in, dots_in_flight_)) {  // the dots it reads retire; those issued after them run on
+    retire_dots_read_by(in);
+    if (dots_in_flight_.empty()) return emit_inst(in);
+  }
+  const size_t earlier = dot_groups_.size();
   std::ostringstream aside;
   aside.swap(body_);
   touched_shared_ = false;
+  homes_stored_.clear();
   emit_inst(in);
   aside.swap(body_);
-  if (touched_shared_) {  // the earlier dots retire first; a dot `in` issued stays in flight
-    line("pl_wgmma_wait<0>();");
-    for (ir::ValueId v : earlier) dots_in_flight_.erase(v);
+  // The earlier dots retire first (a dot `in` issued stays in flight): all of them where `in`
+  // touched shared memory, else, where it stored homes, the newest reading one and those before.
+  size_t retire = 0;
+  if (touched_shared_ || (!homes_stored_.empty() && !stores_beside_dots())) retire = earlier;
+  for (size_t g = 0; g < earlier && !touched_shared_; ++g)
+    for (ir::ValueId h : homes_stored_)
+      if (dot_group_homes_[g].count(h)) retire = g + 1;
+  if (retire > 0) {
+    line("pl_wgmma_wait<" + std::to_string(earlier - retire) + ">();");
+    for (size_t g = 0; g < retire; ++g)
+      for (ir::ValueId v : dot_groups_[g]) dots_in_flight_.erase(v);
+    dot_groups_.erase(dot_groups_.begin(), dot_groups_.begin() + static_cast<std::ptrdiff_t>(retire));
+    dot_group_homes_.erase(dot_group_homes_.begin(), dot_group_homes_.begin() + static_cast<std::ptrdiff_t>(retire));
   }
   body_ << aside.str();
 }
@@ -301,10 +316,35 @@ void Emitter::emit_ahead_of_wait(const ir::Region& r, const ir::Inst& in) {
   }
 }
 
+// PALLADIUM_CUDA_STORES_BESIDE_DOTS=0: a home stored while dots are in flight retires them all
+// first, as before stop 45 (for measurement).
+bool stores_beside_dots() {
+  const char* env = std::getenv("PALLADIUM_CUDA_STORES_BESIDE_DOTS");
+  return !(env && std::string(env) == "0");
+}
+
 void Emitter::retire_dots() {
   if (dots_in_flight_.empty()) return;
   line("pl_wgmma_wait<0>();");
   dots_in_flight_.clear();
+  dot_groups_.clear();
+  dot_group_homes_.clear();
+}
+
+// wgmma.wait_group N retires every group but the N committed last: `in` waits for the newest
+// group it reads, and the groups committed after that one stay on the tensor cores.
+void Emitter::retire_dots_read_by(const ir::Inst& in) {
+  size_t newest_read = dot_groups_.size();
+  for (size_t g = 0; g < dot_groups_.size(); ++g)
+    if (ir::reads(in, std::set<ir::ValueId>(dot_groups_[g].begin(), dot_groups_[g].end()))) newest_read = g;
+  if (newest_read == dot_groups_.size()) return;
+  const size_t later = dot_groups_.size() - 1 - newest_read;
+  if (later == 0) return retire_dots();
+  line("pl_wgmma_wait<" + std::to_string(later) + ">();");
+  for (size_t g = 0; g <= newest_read; ++g)
+    for (ir::ValueId v : dot_groups_[g]) dots_in_flight_.erase(v);
+  dot_groups_.erase(dot_groups_.begin(), dot_groups_.begin() + static_cast<std::ptrdiff_t>(newest_read + 1));
+  dot_group_homes_.erase(dot_group_homes_.begin(), dot_group_homes_.begin() + static_cast<std::ptrdiff_t>(newest_read + 1));
 }
 
 static const ir::Inst& yield_of(const ir::Region& r) { return r.body.back(); }
@@ -629,14 +669,31 @@ bool transposed_products_on() {
   return env && std::string(env) == "1";
 }
 
+// On wgmma targets a dot that needs no other dot of its loop is issued beside the loop's first
+// (early_dots.h), so that its wgmma runs under the code that waits for the first; emit_region
+// then retires each dot where its own result is needed (wgmma.wait_group N). Only dots summing
+// 128 products or more move: on an H200 (stop 45, job 23) the attention backward at head_dim 128
+// ran 3-9% faster so, at head_dim 64 (dout v^T sums 64) 2-7% slower: its three programs per SM
+// the moved dot's unfused -delta and its registers at the 168-register cap (three programs per
+// SM) cost 11% more instructions in its loops, where three programs already overlap each other. On by default;
+// PALLADIUM_CUDA_EARLY_DOTS=0 keeps the dots where the kernel wrote them. Read at each generation.
+constexpr int64_t kEarlyDotMinContraction = 128;
+
+bool early_dots_on() {
+  const char* env = std::getenv("PALLADIUM_CUDA_EARLY_DOTS");
+  return !(env && std::string(env) == "0");
+}
+
 GeneratedKernel generate_cuda(const ir::Kernel& kernel, const CompilerParams& params, const Target& target) {
   CompilerParams resolved = params;
   resolved.checks = backend::checks_enabled(params.checks);
   const char* wgmma = std::getenv("PALLADIUM_CUDA_WGMMA");
-  std::optional<ir::Kernel> transposed;
-  if (transposed_products_on() && target.sm == 90 && target.arch_specific && !(wgmma && std::string(wgmma) == "0"))
-    transposed = backend::transpose_register_products(kernel);
-  Emitter e(transposed ? *transposed : kernel, resolved, target);
+  const bool async_dots = target.sm == 90 && target.arch_specific && !(wgmma && std::string(wgmma) == "0");
+  std::optional<ir::Kernel> rewritten;
+  if (transposed_products_on() && async_dots) rewritten = backend::transpose_register_products(kernel);
+  if (early_dots_on() && async_dots)
+    rewritten = backend::issue_independent_dots_early(rewritten ? *rewritten : kernel, kEarlyDotMinContraction);
+  Emitter e(rewritten ? *rewritten : kernel, resolved, target);
   return e.run();
 }
 

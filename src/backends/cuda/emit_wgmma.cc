@@ -117,9 +117,15 @@ void Emitter::emit_wgmma(const ir::Inst& in, ir::ValueId a, ir::ValueId b, bool 
   const char* env = std::getenv("PALLADIUM_CUDA_DEFER_WAIT");
   const bool defer = !(env && std::string(env) == "0");
   if (!retire_later && defer) {
-    dots_in_flight_.insert(in.results[0]);
+    std::vector<ir::ValueId> group{in.results[0]};
     for (const auto& [sum, dot] : alias_of)  // adds folded into the dot name its registers too
-      if (dot == in.results[0]) dots_in_flight_.insert(sum);
+      if (dot == in.results[0]) group.push_back(sum);
+    dots_in_flight_.insert(group.begin(), group.end());
+    dot_groups_.push_back(std::move(group));
+    std::set<ir::ValueId> homes;
+    for (ir::ValueId h : {a, b})
+      if (smem_home.count(h)) homes.insert(h);
+    dot_group_homes_.push_back(std::move(homes));
   }
   else line(retire_later ? "pl_wgmma_wait<1>();" : "pl_wgmma_wait<0>();");
 }
