@@ -85,7 +85,7 @@ std::vector<ValueDim> value_dims(const ir::Inst& in, const ir::RefParam& p);
 bool transposed_products_on();
 // PALLADIUM_CUDA_EARLY_DOTS=0: dots stay where the kernel wrote them (emit_kernel.cc).
 bool early_dots_on();
-// PALLADIUM_CUDA_STORES_BESIDE_DOTS=0: a home stored beside dots in flight retires them all (emit_kernel.cc).
+// PALLADIUM_CUDA_STORES_BESIDE_DOTS=1: a home stored beside dots in flight retires only those reading it (emit_kernel.cc).
 bool stores_beside_dots();
 
 class Emitter {
@@ -150,8 +150,9 @@ class Emitter {
   // it (wgmma.wait_group N, N the groups after it), the later ones stay in flight.
   std::vector<std::vector<ir::ValueId>> dot_groups_;
   std::vector<std::set<ir::ValueId>> dot_group_homes_;  // the shared homes each group's dot reads
-  // Homes stored from registers while dots were in flight (emit_home_store): only the dots that
-  // read them retire first; any other shared-memory access retires them all (touched_shared_).
+  // Homes stored from registers while dots were in flight (emit_home_store): with
+  // stores_beside_dots() only the dots that read them retire first; any other shared-memory
+  // access retires them all (touched_shared_).
   std::set<ir::ValueId> homes_stored_;
   bool touched_shared_ = false;  // set by whatever emits a barrier or a shared-memory access
   void emit_inst_beside_dots(const ir::Inst& in);
