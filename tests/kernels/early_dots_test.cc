@@ -111,6 +111,18 @@ TEST(EarlyDots, LoadsOfWrittenRefsStayAfterTheirStores) {
       std::vector<ShapeDtype>{{{kRows, kRows}, f32}, {{kRows, kDim}, f32}}, CallOptions{.name = "written_then_read"});
   const ir::Kernel k = traced(call, {{{kRows, kDim}, f32}, {{kRows, kDim}, f32}});
   EXPECT_EQ(ir::print(backend::issue_independent_dots_early(k)), ir::print(k));
+  // The same through an input aliased to the written output: its load stays after the store too.
+  auto aliased = pallas_call(
+      [](Ref a, Ref b, Ref state_in, Ref state, Ref out) {
+        Value s = pl::dot(a[pl::all], b[pl::all].T());
+        state[pl::all] = jnp::exp(s);
+        out[pl::all] = pl::dot(state_in[pl::all], b[pl::all]) + jnp::sum(s);
+      },
+      std::vector<ShapeDtype>{{{kRows, kRows}, f32}, {{kRows, kDim}, f32}},
+      CallOptions{.input_output_aliases = {{2, 0}}, .name = "aliased_then_read"});
+  const ir::Kernel ka = traced(aliased, {{{kRows, kDim}, f32}, {{kRows, kDim}, f32}, {{kRows, kRows}, f32}});
+  ASSERT_EQ(ka.aliases.size(), 1u);
+  EXPECT_EQ(ir::print(backend::issue_independent_dots_early(ka)), ir::print(ka));
 }
 
 }  // namespace

@@ -47,6 +47,9 @@ class EarlyDots {
 
   ir::Kernel run() {
     find_written(out_.body);
+    // An input aliased to a written output may share its memory: its loads stay in order too.
+    for (auto [in, out] : out_.aliases)
+      if (written_.count(out_.num_inputs + out)) written_.insert(in);
     reorder(out_.body);
     return out_;
   }
