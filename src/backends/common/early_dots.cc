@@ -101,7 +101,6 @@ class EarlyDots {
     };
     std::vector<bool> placed(n, false);
     std::vector<size_t> order;
-    bool moved = false;
     for (size_t i = 0; i < n; ++i) {
       if (placed[i]) continue;
       placed[i] = true;
@@ -122,11 +121,10 @@ class EarlyDots {
           if (!placed[m]) {
             placed[m] = true;
             order.push_back(m);
-            moved = moved || m != order.size() - 1;
           }
       }
     }
-    if (!moved) return;
+    if (std::is_sorted(order.begin(), order.end())) return;  // nothing moved
     std::vector<Inst> body;
     body.reserve(n);
     for (size_t i : order) body.push_back(std::move(r.body[i]));

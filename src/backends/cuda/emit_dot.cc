@@ -30,10 +30,6 @@ ir::ValueId Emitter::pack_source(ir::ValueId v) const {
 
 // Writes a register (or scratch) value into its shared-memory home, once, after its definition.
 void Emitter::emit_home_store(ir::ValueId v) {
-  // Its barriers and stores touch no shared memory but v's home: the dots in flight that do not
-  // read it may stay in flight (emit_inst_beside_dots).
-  const bool touched_before = touched_shared_;
-  homes_stored_.insert(v);
   const Layout& l = layout_of(v);
   const std::string conv = type(v).dtype == DType::bfloat16 ? "pl_f_to_bf16" : "pl_f_to_f16";
   // Dots of the previous iteration may still read the home, unless a barrier has run since (every
@@ -57,7 +53,6 @@ void Emitter::emit_home_store(ir::ValueId v) {
   }
   if (!wgmma_dots_.empty()) line("pl_fence_proxy_async();");
   barrier();
-  touched_shared_ = touched_before;
 }
 
 void Emitter::init_accumulator(const ir::Inst& dot) {

@@ -273,23 +273,10 @@ void Emitter::emit_inst_beside_dots(const ir::Inst& in) {
   std::ostringstream aside;
   aside.swap(body_);
   touched_shared_ = false;
-  homes_stored_.clear();
   emit_inst(in);
   aside.swap(body_);
-  // The earlier dots retire first (a dot `in` issued stays in flight): all of them where `in`
-  // touched shared memory, else, where it stored homes, the newest reading one and those before.
-  size_t retire = 0;
-  if (touched_shared_ || (!homes_stored_.empty() && !stores_beside_dots())) retire = earlier;
-  for (size_t g = 0; g < earlier && !touched_shared_; ++g)
-    for (ir::ValueId h : homes_stored_)
-      if (dot_group_homes_[g].count(h)) retire = g + 1;
-  if (retire > 0) {
-    line("pl_wgmma_wait<" + std::to_string(earlier - retire) + ">();");
-    for (size_t g = 0; g < retire; ++g)
-      for (ir::ValueId v : dot_groups_[g]) dots_in_flight_.erase(v);
-    dot_groups_.erase(dot_groups_.begin(), dot_groups_.begin() + static_cast<std::ptrdiff_t>(retire));
-    dot_group_homes_.erase(dot_group_homes_.begin(), dot_group_homes_.begin() + static_cast<std::ptrdiff_t>(retire));
-  }
+  // The earlier dots retire first (a dot `in` issued stays in flight).
+  if (touched_shared_) retire_oldest_dot_groups(earlier);
   body_ << aside.str();
 }
 
@@ -316,37 +303,21 @@ void Emitter::emit_ahead_of_wait(const ir::Region& r, const ir::Inst& in) {
   }
 }
 
-// PALLADIUM_CUDA_STORES_BESIDE_DOTS=1: a home stored while dots are in flight retires only the
-// dots that read it (the backward's p^T dout then runs while ds is computed and stored). Opt-in:
-// on an H200 (stop 45, jobs 25 and 26) the head_dim 128 backward ran within the runs' spread of
-// the default, where the store retires them all.
-bool stores_beside_dots() {
-  const char* env = std::getenv("PALLADIUM_CUDA_STORES_BESIDE_DOTS");
-  return env && std::string(env) == "1";
-}
+void Emitter::retire_dots() { retire_oldest_dot_groups(dot_groups_.size()); }
 
-void Emitter::retire_dots() {
-  if (dots_in_flight_.empty()) return;
-  line("pl_wgmma_wait<0>();");
-  dots_in_flight_.clear();
-  dot_groups_.clear();
-  dot_group_homes_.clear();
-}
-
-// wgmma.wait_group N retires every group but the N committed last: `in` waits for the newest
-// group it reads, and the groups committed after that one stay on the tensor cores.
+// `in` waits for the newest group it reads and those before it; the later ones run on.
 void Emitter::retire_dots_read_by(const ir::Inst& in) {
-  size_t newest_read = dot_groups_.size();
-  for (size_t g = 0; g < dot_groups_.size(); ++g)
-    if (ir::reads(in, std::set<ir::ValueId>(dot_groups_[g].begin(), dot_groups_[g].end()))) newest_read = g;
-  if (newest_read == dot_groups_.size()) return;
-  const size_t later = dot_groups_.size() - 1 - newest_read;
-  if (later == 0) return retire_dots();
-  line("pl_wgmma_wait<" + std::to_string(later) + ">();");
-  for (size_t g = 0; g <= newest_read; ++g)
+  for (size_t g = dot_groups_.size(); g > 0; --g)
+    if (ir::reads(in, dot_groups_[g - 1])) return retire_oldest_dot_groups(g);
+}
+
+// wgmma.wait_group N retires every commit group but the N committed last.
+void Emitter::retire_oldest_dot_groups(size_t count) {
+  if (count == 0) return;
+  line("pl_wgmma_wait<" + std::to_string(dot_groups_.size() - count) + ">();");
+  for (size_t g = 0; g < count; ++g)
     for (ir::ValueId v : dot_groups_[g]) dots_in_flight_.erase(v);
-  dot_groups_.erase(dot_groups_.begin(), dot_groups_.begin() + static_cast<std::ptrdiff_t>(newest_read + 1));
-  dot_group_homes_.erase(dot_group_homes_.begin(), dot_group_homes_.begin() + static_cast<std::ptrdiff_t>(newest_read + 1));
+  dot_groups_.erase(dot_groups_.begin(), dot_groups_.begin() + static_cast<std::ptrdiff_t>(count));
 }
 
 static const ir::Inst& yield_of(const ir::Region& r) { return r.body.back(); }
@@ -674,17 +645,20 @@ bool transposed_products_on() {
 // On wgmma targets a dot that needs no other dot of its loop is issued beside the loop's first
 // (early_dots.h), so that its wgmma runs under the code that waits for the first; emit_region
 // then retires each dot where its own result is needed (wgmma.wait_group N). Only dots summing
-// 128 products or more move: on an H200 (stop 45, job 23) the attention backward at head_dim 128
-// ran 3-9% faster so, at head_dim 64 (dout v^T sums 64) 2-7% slower: its three programs per SM
-// the moved dot's unfused -delta and its registers at the 168-register cap (three programs per
-// SM) cost 11% more instructions in its loops, where three programs already overlap each other. On by default;
-// PALLADIUM_CUDA_EARLY_DOTS=0 keeps the dots where the kernel wrote them. Read at each generation.
+// 128 products or more move. On an H200 (stop 45, jobs 23-24) the head_dim 128 backward ran
+// 0.5-9% faster so (s8192 the most); at head_dim 64, where dout v^T sums 64, it was no faster:
+// s2048 and s8192 slower in both rounds (1-3%, 2-7%), the causal rows within noise. There its
+// loops grew 11-13% (the -delta no longer folded into the moved dot, registers 155 -> 168 at the
+// cap of three programs per SM). PALLADIUM_CUDA_EARLY_DOTS=0 keeps the dots where the kernel
+// wrote them. Read at each generation (tests set it).
+namespace {
 constexpr int64_t kEarlyDotMinContraction = 128;
 
 bool early_dots_on() {
   const char* env = std::getenv("PALLADIUM_CUDA_EARLY_DOTS");
   return !(env && std::string(env) == "0");
 }
+}  // namespace
 
 GeneratedKernel generate_cuda(const ir::Kernel& kernel, const CompilerParams& params, const Target& target) {
   CompilerParams resolved = params;

@@ -117,15 +117,11 @@ void Emitter::emit_wgmma(const ir::Inst& in, ir::ValueId a, ir::ValueId b, bool 
   const char* env = std::getenv("PALLADIUM_CUDA_DEFER_WAIT");
   const bool defer = !(env && std::string(env) == "0");
   if (!retire_later && defer) {
-    std::vector<ir::ValueId> group{in.results[0]};
+    std::set<ir::ValueId> group{in.results[0]};
     for (const auto& [sum, dot] : alias_of)  // adds folded into the dot name its registers too
-      if (dot == in.results[0]) group.push_back(sum);
+      if (dot == in.results[0]) group.insert(sum);
     dots_in_flight_.insert(group.begin(), group.end());
     dot_groups_.push_back(std::move(group));
-    std::set<ir::ValueId> homes;
-    for (ir::ValueId h : {a, b})
-      if (smem_home.count(h)) homes.insert(h);
-    dot_group_homes_.push_back(std::move(homes));
   }
   else line(retire_later ? "pl_wgmma_wait<1>();" : "pl_wgmma_wait<0>();");
 }

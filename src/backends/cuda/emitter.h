@@ -83,10 +83,6 @@ std::vector<ValueDim> value_dims(const ir::Inst& in, const ir::RefParam& p);
 
 // PALLADIUM_CUDA_TRANSPOSED_PRODUCTS=1: the transposed products and their column loads (emit_kernel.cc).
 bool transposed_products_on();
-// PALLADIUM_CUDA_EARLY_DOTS=0: dots stay where the kernel wrote them (emit_kernel.cc).
-bool early_dots_on();
-// PALLADIUM_CUDA_STORES_BESIDE_DOTS=1: a home stored beside dots in flight retires only those reading it (emit_kernel.cc).
-bool stores_beside_dots();
 
 class Emitter {
  public:
@@ -148,18 +144,14 @@ class Emitter {
   std::set<ir::ValueId> dots_in_flight_;
   // The same dots by commit group, oldest first: a read of one waits for it and the groups before
   // it (wgmma.wait_group N, N the groups after it), the later ones stay in flight.
-  std::vector<std::vector<ir::ValueId>> dot_groups_;
-  std::vector<std::set<ir::ValueId>> dot_group_homes_;  // the shared homes each group's dot reads
-  // Homes stored from registers while dots were in flight (emit_home_store): with
-  // stores_beside_dots() only the dots that read them retire first; any other shared-memory
-  // access retires them all (touched_shared_).
-  std::set<ir::ValueId> homes_stored_;
+  std::vector<std::set<ir::ValueId>> dot_groups_;
   bool touched_shared_ = false;  // set by whatever emits a barrier or a shared-memory access
   void emit_inst_beside_dots(const ir::Inst& in);
   void emit_ahead_of_wait(const ir::Region& r, const ir::Inst& in);
   std::set<const ir::Inst*> emitted_early_;  // emitted ahead of their place, while a dot ran
   void retire_dots();
   void retire_dots_read_by(const ir::Inst& in);
+  void retire_oldest_dot_groups(size_t count);
   void emit_inst_body(const ir::Inst& in);
   void emit_leaf(const ir::Inst& in);                 // emit_elementwise.cc
   void emit_elementwise(const ir::Inst& in);
