@@ -771,6 +771,43 @@ TEST(CudaWgmma, AtomicAddsOfAnAccumulatorPairUp) {
   }
 }
 
+// Rows of an even length: each program decides once whether its whole 64 x 40 tile lies inside
+// the array and starts 8-byte aligned, then adds its pairs with no test per pair; the second
+// program's block runs past the array's 100 rows and takes the per-pair path. Against the
+// interpreter, whose edge rule drops the rows past the end; rows of 41 floats (odd: pairs in odd
+// rows are misaligned) keep the per-pair tests only, and PALLADIUM_CUDA_WHOLE_TILE_REDUCTIONS=0
+// turns the whole-tile test off.
+TEST(CudaWgmma, AtomicAddsOfAWholeAccumulatorTileAreTestedOnce) {
+  PL_REQUIRE_NVRTC();
+  WgmmaOn on;
+  for (const char* whole : {"1", "0"}) {
+    for (int64_t cols : {40, 41}) {
+      SCOPED_TRACE(std::string("whole-tile switch ") + whole + ", rows of " + std::to_string(cols));
+      test_support::ScopedEnv env("PALLADIUM_CUDA_WHOLE_TILE_REDUCTIONS", whole);
+      const std::string name = "tile_adds_" + std::string(whole) + "_" + std::to_string(cols);
+      GeneratedSources sources("atomic-" + name);
+      auto kernel = [](pl::Ref x, pl::Ref y, pl::Ref, pl::Ref o) {
+        pl::atomic_add(o, pl::idx(pl::slice(), pl::ds(0, 40)), pl::dot(x[pl::all], y[pl::all]));
+      };
+      check_kernel(kernel, {ShapeDtype({100, cols}, f32)},
+                   {.grid = {2},
+                    .in_specs = {BlockSpec({64, 32}, [](Index i) { return idx(i, 0); }), BlockSpec(),
+                                 BlockSpec({64, cols}, [](Index i) { return idx(i, 0); })},
+                    .out_specs = {BlockSpec({64, cols}, [](Index i) { return idx(i, 0); })},
+                    .input_output_aliases = {{2, 0}},
+                    .name = name,
+                    .debug = true},
+                   {normal(54, {100, 32}, bf16), normal(55, {32, 40}, bf16), normal(56, {100, cols})});
+      const std::string source = sources.source(name);
+      ASSERT_FALSE(source.empty()) << "no generated source";
+      const bool once = std::string(whole) == "1" && cols % 2 == 0;
+      EXPECT_EQ(source.find("if (pl_whole)") != std::string::npos, once) << source;
+      EXPECT_NE(source.find("pl_red_add_pair("), std::string::npos);
+      EXPECT_NE(source.find("(void)pl_atomic_add(&"), std::string::npos);  // the edge block's path
+    }
+  }
+}
+
 // PALLADIUM_CUDA_BULK_REDUCE=1: the same atomic adds through shared memory, one TMA bulk reduction
 // per row where the row is inside the array and 16-byte aligned (rows of 41 floats from column 0:
 // one in four), element by element from shared memory elsewhere (from column 1: every row); each

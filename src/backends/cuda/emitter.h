@@ -231,6 +231,8 @@ class Emitter {
   bool paired_reduction(const ir::Inst& in) const;
   bool bulk_reduction(const ir::Inst& in) const;  // PALLADIUM_CUDA_BULK_REDUCE=1 and a tile it can take
   void emit_bulk_reduction(const ir::Inst& in, const Layout& l, ir::ValueId value);
+  // Inside emit_vector_memory: a paired reduction's tile tested once for bounds and alignment.
+  void emit_whole_tile_reduction(const ir::Inst& in, const Layout& l, ir::ValueId value);
   // An atomic add, max, min or bitwise update whose old values nobody reads: such updates commute.
   bool quiet_update(const ir::Inst& in) const;
   void emit_smem_load(const ir::Inst& in, const SmemTile& tile);
