@@ -1,4 +1,5 @@
 #include "backends/common/early_dots.h"
+#include "backends/common/movable.h"
 
 #include <algorithm>
 #include <functional>
@@ -14,27 +15,6 @@ using ir::Op;
 using ir::Region;
 using ir::ValueId;
 
-// Which instructions may run earlier than written, by family: those whose result depends only on
-// their operands. A load qualifies only from a ref the kernel never writes (checked separately).
-bool movable_family(ir::Family f) {
-  switch (f) {
-    case ir::Family::Leaf:
-    case ir::Family::Unary:
-    case ir::Family::Binary:
-    case ir::Family::Compare:
-    case ir::Family::Select:
-    case ir::Family::Cast:
-    case ir::Family::Layout:
-    case ir::Family::Reduce:
-    case ir::Family::Scan:
-    case ir::Family::Dot:
-    case ir::Family::Memory: return true;  // loads only: see movable()
-    case ir::Family::Control:
-    case ir::Family::Effect: return false;
-  }
-  return false;
-}
-
 // The number of products each element of a dot's result sums.
 int64_t contraction(const ir::Kernel& k, const Inst& dot) {
   const Shape& a = k.type(dot.operands[0]).shape;
@@ -46,26 +26,17 @@ class EarlyDots {
   EarlyDots(const ir::Kernel& k, int64_t min_contraction) : out_(k), min_contraction_(min_contraction) {}
 
   ir::Kernel run() {
-    find_written(out_.body);
-    // An input aliased to a written output may share its memory: its loads stay in order too.
-    for (auto [in, out] : out_.aliases)
-      if (written_.count(out_.num_inputs + out)) written_.insert(in);
+    written_ = written_refs(out_);
     reorder(out_.body);
     return out_;
   }
 
  private:
-  void find_written(const Region& r) {
-    for (const Inst& in : r.body) {
-      if (ir::op_family(in.op) == ir::Family::Memory && in.op != Op::Load) written_.insert(in.i0);
-      for (const Region& s : in.regions) find_written(s);
-    }
-  }
 
   bool movable(const Inst& in) const {
-    if (!in.regions.empty() || !movable_family(ir::op_family(in.op))) return false;
+    if (!in.regions.empty()) return false;
     if (ir::op_family(in.op) == ir::Family::Memory) return in.op == Op::Load && !written_.count(in.i0);
-    return true;
+    return pure_family(ir::op_family(in.op));
   }
 
   static void collect_reads(const Inst& in, std::vector<ValueId>& reads) {

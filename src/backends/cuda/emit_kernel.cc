@@ -6,6 +6,7 @@
 #include <iomanip>
 #include <optional>
 
+#include "backends/common/carried_loads.h"
 #include "backends/common/early_dots.h"
 #include "backends/common/transposed_products.h"
 #include "backends/cuda/emitter.h"
@@ -658,6 +659,19 @@ bool early_dots_on() {
   const char* env = std::getenv("PALLADIUM_CUDA_EARLY_DOTS");
   return !(env && std::string(env) == "0");
 }
+
+// On wgmma targets the loops around dots load the next iteration's small vectors (lse and delta
+// in the attention backward) in the iteration before (carried_loads.h). Not in checked runs: the
+// first iteration's load goes out before the loop, even where the loop then runs no iteration.
+// Nor with the transposed products, which load lse and delta again by column inside the loop
+// (emit_reloaded_broadcast). PALLADIUM_CUDA_CARRIED_LOADS=0 keeps them where the kernel wrote
+// them. Read at each generation.
+constexpr int64_t kCarriedLoadMaxElements = 256;
+
+bool carried_loads_on() {
+  const char* env = std::getenv("PALLADIUM_CUDA_CARRIED_LOADS");
+  return !(env && std::string(env) == "0");
+}
 }  // namespace
 
 GeneratedKernel generate_cuda(const ir::Kernel& kernel, const CompilerParams& params, const Target& target) {
@@ -669,6 +683,8 @@ GeneratedKernel generate_cuda(const ir::Kernel& kernel, const CompilerParams& pa
   if (transposed_products_on() && async_dots) rewritten = backend::transpose_register_products(kernel);
   if (early_dots_on() && async_dots)
     rewritten = backend::issue_independent_dots_early(rewritten ? *rewritten : kernel, kEarlyDotMinContraction);
+  if (carried_loads_on() && async_dots && !resolved.checks && !transposed_products_on())
+    rewritten = backend::carry_loop_loads(rewritten ? *rewritten : kernel, kCarriedLoadMaxElements);
   Emitter e(rewritten ? *rewritten : kernel, resolved, target);
   return e.run();
 }
