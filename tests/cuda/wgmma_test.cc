@@ -773,8 +773,9 @@ TEST(CudaWgmma, AtomicAddsOfAnAccumulatorPairUp) {
 }
 
 // Rows of an even length: each program decides once whether its whole 64 x 40 tile lies inside
-// the array and starts 8-byte aligned, then adds its pairs with no test per pair; the second
-// program's block runs past the array's 100 rows and takes the per-pair path. Against the
+// the array and starts 8-byte aligned, then adds its pairs with no test per pair (twice, two
+// reductions in one block); the second program's block runs past the array's 100 rows and takes
+// the per-pair path. Against the
 // interpreter, whose edge rule drops the rows past the end; rows of 41 floats (odd: pairs in odd
 // rows are misaligned) keep the per-pair tests only, and PALLADIUM_CUDA_WHOLE_TILE_REDUCTIONS=0
 // turns the whole-tile test off.
@@ -788,7 +789,9 @@ TEST(CudaWgmma, AtomicAddsOfAWholeAccumulatorTileAreTestedOnce) {
       const std::string name = "tile_adds_" + std::string(whole) + "_" + std::to_string(cols);
       GeneratedSources sources("atomic-" + name);
       auto kernel = [](pl::Ref x, pl::Ref y, pl::Ref, pl::Ref o) {
-        pl::atomic_add(o, pl::idx(pl::slice(), pl::ds(0, 40)), pl::dot(x[pl::all], y[pl::all]));
+        const pl::Value d = pl::dot(x[pl::all], y[pl::all]);
+        pl::atomic_add(o, pl::idx(pl::slice(), pl::ds(0, 40)), d);
+        pl::atomic_add(o, pl::idx(pl::slice(), pl::ds(0, 40)), d * 0.5f);
       };
       check_kernel(kernel, {ShapeDtype({100, cols}, f32)},
                    {.grid = {2},
@@ -802,7 +805,7 @@ TEST(CudaWgmma, AtomicAddsOfAWholeAccumulatorTileAreTestedOnce) {
       const std::string source = sources.source(name);
       ASSERT_FALSE(source.empty()) << "no generated source";
       const bool once = std::string(whole) == "1" && cols % 2 == 0;
-      EXPECT_EQ(source.find("if (pl_whole)") != std::string::npos, once) << source;
+      EXPECT_EQ(test_support::count_of(source, "if (pl_whole)"), once ? 2u : 0u) << source;
       EXPECT_NE(source.find("pl_red_add_pair("), std::string::npos);
       EXPECT_NE(source.find("(void)pl_atomic_add(&"), std::string::npos);  // the edge block's path
     }

@@ -414,7 +414,10 @@ bool Emitter::emit_vector_memory(const ir::Inst& in, const Layout& l, ir::ValueI
   close();
   close();
   close();
-  if (whole_tile) close();
+  if (whole_tile) {  // the else branch and the scope emit_whole_tile_reduction opened
+    close();
+    close();
+  }
   return true;
 }
 
@@ -427,9 +430,11 @@ bool Emitter::emit_vector_memory(const ir::Inst& in, const Layout& l, ir::ValueI
 // PALLADIUM_CUDA_WHOLE_TILE_REDUCTIONS=0 -> default, fwd+bwd ms: atomic dq d128 block 64 s2048
 // 3.160 -> 3.066, causal 1.840 -> 1.784, s8192 11.072 -> 10.946, causal 5.917 -> 5.724; d64 block
 // 64 3.396 -> 3.293, 2.084 -> 1.962, 12.088 -> 11.729, 6.750 -> 6.328; d64 block 128 within 1%.
-// Opens `if (whole) {...} else {`: the caller closes.
+// Opens `{ bool pl_whole; ... if (pl_whole) {...} else {` (a scope of its own, so that several
+// reductions may stand in one block): the caller closes both.
 void Emitter::emit_whole_tile_reduction(const ir::Inst& in, const Layout& l, ir::ValueId value) {
   const std::string ptr = "pl_ref" + std::to_string(in.i0);
+  open("");
   line("bool pl_whole;");
   open("");
   const Address first = address_of(*this, in, [](size_t) { return std::string("0"); });
