@@ -4,8 +4,6 @@
 // float64; and the loads it must leave where they are.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-
 #include "backends/common/carried_loads.h"
 #include "ir_run_util.h"
 #include "kernel_test_util.h"

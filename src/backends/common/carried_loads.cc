@@ -14,12 +14,6 @@ using ir::Op;
 using ir::Region;
 using ir::ValueId;
 
-int64_t numel_of(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
-
 class CarriedLoads {
  public:
   CarriedLoads(const ir::Kernel& k, int64_t max_elements) : out_(k), max_elements_(max_elements) {}
@@ -107,7 +101,7 @@ class CarriedLoads {
       const Inst& in = body.body[p];
       if (in.op != Op::Load || in.results.size() != 1) continue;
       const Shape& s = out_.type(in.results[0]).shape;
-      if (s.size() > 1 || numel_of(s) > max_elements_) continue;
+      if (s.size() > 1 || numel(s) > max_elements_) continue;
       const std::set<size_t> need = closure(p);
       if (need.empty()) continue;
       loads.push_back(p);

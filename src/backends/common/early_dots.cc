@@ -32,7 +32,6 @@ class EarlyDots {
   }
 
  private:
-
   bool movable(const Inst& in) const {
     if (!in.regions.empty()) return false;
     if (ir::op_family(in.op) == ir::Family::Memory) return in.op == Op::Load && !written_.count(in.i0);
