@@ -670,7 +670,8 @@ TEST(CudaWgmma, CausalForwardRunsPersistentAtABalancedBlockCount) {
 // A block per program walks the causal forward's q blocks backwards, longest first (the loop of
 // q block i runs to key block i); PALLADIUM_CUDA_LONGEST_FIRST=0 keeps the forward order, as do
 // the non-causal forward (its programs alike) and the persistent kernel (its balanced stride).
-// Each variant against float64.
+// The head_dim 64 forward at blocks 128 x 64 has no producer (two programs per SM): its ring loop
+// decides alike. Each variant against float64.
 TEST(CudaWgmma, CausalForwardBlocksStartWithTheLongestPrograms) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;
@@ -686,7 +687,10 @@ TEST(CudaWgmma, CausalForwardBlocksStartWithTheLongestPrograms) {
   for (const Variant& v : {Variant{"", true, {1, 512, 16, 128}, false, true},
                            Variant{"0", true, {1, 512, 16, 128}, false, false},
                            Variant{"", false, {1, 512, 16, 128}, true, false},
-                           Variant{"", true, {4, 256, 16, 128}, true, false}}) {
+                           Variant{"", true, {4, 256, 16, 128}, true, false},
+                           Variant{"", true, {1, 512, 16, 64}, false, true},
+                           Variant{"0", true, {1, 512, 16, 64}, false, false},
+                           Variant{"", false, {1, 512, 16, 64}, false, false}}) {
     SCOPED_TRACE("PALLADIUM_CUDA_LONGEST_FIRST='" + v.longest_first + "', causal " + std::to_string(v.causal) + ", " +
                  shape_str(v.shape));
     test_support::ScopedEnv order{"PALLADIUM_CUDA_LONGEST_FIRST", v.longest_first};

@@ -136,7 +136,8 @@ std::optional<int64_t> Emitter::scalar_at(ir::ValueId v, size_t axis, int64_t pi
 }
 
 // Whether a block per program should walk the axis walked fastest backwards: where the producer's
-// loops are bounded by that program id alone and run more rounds at its last index than at its
+// loops (or, in a kernel without a producer, its loops with a TMA ring: the head_dim 64 forward at
+// blocks 128 x 64) are bounded by that program id alone and run more rounds at its last index than at its
 // first (the causal forward: q block i runs to key block i), the hardware then starts the longest
 // programs first and ends on short ones, instead of ending the launch on the longest (up to a
 // program's whole length with SMs idle). Persistent kernels keep their order: their balanced
@@ -152,7 +153,7 @@ std::optional<int64_t> Emitter::scalar_at(ir::ValueId v, size_t axis, int64_t pi
 bool Emitter::longest_first() const {
   const char* env = std::getenv("PALLADIUM_CUDA_LONGEST_FIRST");
   if ((env && std::string(env) == "0") || raster_group() > 0) return false;
-  const std::optional<std::vector<const ir::Inst*>> varying = producer_loops_along_fastest();
+  const std::optional<std::vector<const ir::Inst*>> varying = ring_loops_along_fastest(false);
   if (!varying) return false;
   const size_t fastest = program_order().back();
   const int64_t last = k_.grid[fastest] - 1;
