@@ -705,6 +705,32 @@ TEST(CudaWgmma, CausalForwardBlocksStartWithTheLongestPrograms) {
   }
 }
 
+// A three-slot ring that the consumers fill (the head_dim 64 forward at blocks 128 x 64) carries
+// its slot through the loop: no remainder by 3 in the loop (the wait's slot, the next round's
+// i + 2 and the tiles' homes read the carried one), one wrap-around update at its end;
+// PALLADIUM_CUDA_CARRIED_SLOTS=0 computes each slot as (i - lo) % 3 again. Both causal (the loop
+// runs a different length in each program; a scale of its own each, so that neither reuses the
+// other's compiled kernel), against float64, compiled without serialised wgmma or spills.
+TEST(CudaWgmma, ThreeSlotRingsCarryTheirSlot) {
+  PL_REQUIRE_NVRTC();
+  WgmmaOn on;
+  for (const std::string carried : {"", "0"}) {
+    SCOPED_TRACE("PALLADIUM_CUDA_CARRIED_SLOTS='" + carried + "'");
+    test_support::ScopedEnv slots{"PALLADIUM_CUDA_CARRIED_SLOTS", carried};
+    const std::string source = checked_attention_source(
+        "mha_forward", {1, 512, 4, 64}, carried.empty() ? 151 : 157,
+        {.sm_scale = carried.empty() ? 0.131f : 0.137f, .causal = true, .block_q = 128, .block_k = 64}, false);
+    ASSERT_FALSE(source.empty()) << "no generated source";
+    const std::string loop = first_loop(source);
+    ASSERT_FALSE(loop.empty()) << "no loop";
+    EXPECT_EQ(loop.find("% 3)") == std::string::npos, carried.empty()) << loop.substr(0, 2000);
+    EXPECT_EQ(loop.find(" == 2u ? 0u : pl_slot") != std::string::npos, carried.empty());
+    EXPECT_EQ(loop.find("(pl_slot") != std::string::npos && loop.find(" + 2u) >= 3u ? ") != std::string::npos,
+              carried.empty());
+    expect_wgmma_unserialised(source);
+  }
+}
+
 // The default ping-pong: in the software-pipelined forward loop the two consumer
 // warpgroups take turns at issuing the next q k^T and this p v (one wait before the pair, one pass
 // after it); the prologue's first q k^T is a turn of its own. Warpgroup 1 hands over the first

@@ -403,12 +403,19 @@ void Emitter::emit_control(const ir::Inst& in) {
     emit_loop_prologue(in);
     const std::string it = reg_type(type(body.args[0]).dtype);
     const std::string idx = "pl_i" + std::to_string(body.args[0]);
+    const std::string slot = "pl_slot" + std::to_string(body.args[0]);
+    if (carries_slot(in)) {  // iteration lo's slot is 0 (ring_slot counts from lo)
+      line("unsigned " + slot + " = 0u;");
+      carried_slot_[&in] = slot;
+    }
     open("for (" + it + " " + idx + " = " + name(in.operands[0]) + "[0]; " + idx + " < " + name(in.operands[1]) +
          "[0]; ++" + idx + ")");
     line("const " + it + " " + name(body.args[0]) + "[1] = {" + idx + "};");
     emit_region(body);
     if (producer_serves(in)) emit_consumer_release(in);
     assign_yield(yield_of(body), in.results);
+    if (carried_slot_.erase(&in))
+      line(slot + " = " + slot + " == " + std::to_string(stages_ - 1) + "u ? 0u : " + slot + " + 1u;");
     close();
     if (pipe) line("pl_wgmma_wait<0>();");  // the last iteration's last dot
     if (producer_serves(in)) emit_consumer_loop_end(in);

@@ -665,7 +665,25 @@ std::string Emitter::home_buffer(ir::ValueId v, const std::string& iteration) co
          " * " + std::to_string(tile.bytes() / 2);
 }
 
+// Slots at a count of three took ptxas nine uniform instructions each (a 16-bit multiply-shift
+// remainder, twice in every iteration of the head_dim 64 forward's loop); carried, a compare and
+// a select. Powers of two stay a remainder (a mask).
+bool Emitter::carries_slot(const ir::Inst& loop) const {
+  const char* env = std::getenv("PALLADIUM_CUDA_CARRIED_SLOTS");
+  return !(env && std::string(env) == "0") && (stages_ & (stages_ - 1)) != 0 && !prefetched_loads(loop).empty() &&
+         !producer_serves(loop);
+}
+
 std::string Emitter::ring_slot(const ir::Inst& loop, const std::string& iteration) const {
+  if (auto it = carried_slot_.find(&loop); it != carried_slot_.end()) {
+    const std::string i = name(loop.regions[0].args[0]) + "[0]", s = it->second, n = std::to_string(stages_);
+    if (iteration == i) return "((int)" + s + ")";
+    for (int k = 1; k < stages_; ++k)
+      if (iteration == i + " + " + std::to_string(k)) {
+        const std::string sum = "(" + s + " + " + std::to_string(k) + "u)";
+        return "((int)(" + sum + " >= " + n + "u ? " + sum + " - " + n + "u : " + sum + "))";
+      }
+  }
   std::string n = iteration + " - " + name(loop.operands[0]) + "[0]";
   if (producer_serves(loop)) n = "pl_base" + std::to_string(tma_ring(loop)->index) + " + " + n;
   return "((" + n + ") % " + std::to_string(stages_) + ")";
@@ -681,14 +699,16 @@ void Emitter::emit_prefetch_round(const ir::Inst& loop, const std::string& var, 
   open("");
   line("const " + reg_type(type(loop.regions[0].args[0]).dtype) + " " + var + " = " + iteration + ";");
   open("if (" + var + " < " + hi + ")");
+  // A carried slot is known for the iteration as the counter writes it (i + k), not for `var`.
+  const std::string slot_of = carried_slot_.count(&loop) ? iteration : var;
   if (ring) {  // the arrival with the round's byte count goes before its copies
     const int64_t bytes = split ? ring->group_bytes[group] : ring->bytes;
     line("unsigned long long* const pl_bar = &pl_full" + std::to_string(barrier_set(loop, group)) + "[" +
-         ring_slot(loop, var) + "];");
+         ring_slot(loop, slot_of) + "];");
     line("if (" + tma_issuer_ + ") pl_mbar_expect_tx(pl_bar, " + std::to_string(bytes) + "u);");
   }
   for (const ir::Inst* in : prefetched_loads(loop))
-    if (!split || load_group(loop, *in) == group) emit_prefetch_issue(*in, var, home_buffer(in->results[0], var));
+    if (!split || load_group(loop, *in) == group) emit_prefetch_issue(*in, var, home_buffer(in->results[0], slot_of));
   close();
   close();
   if (!ring || ring->cp_async) line("pl_cp_async_commit();");

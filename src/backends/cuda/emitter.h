@@ -446,6 +446,10 @@ class Emitter {
   // The ring slot of loop index `iteration` (C++ text): (iteration - lo) % stages_, counted on from
   // the earlier runs of the loop (pl_base<ring>) where the producer warp serves it.
   std::string ring_slot(const ir::Inst& loop, const std::string& iteration) const;
+  // A ring whose slot count is not a power of two, issued by the consumers: its loop carries the
+  // slot of iteration i in a variable (by loop), so that slots i and i + k take no division.
+  std::map<const ir::Inst*, std::string> carried_slot_;
+  bool carries_slot(const ir::Inst& loop) const;
   int64_t max_fragment_regs_ = 0;        // registers of the largest dot's mma fragments
   int stages_ = 3;                        // pipeline depth of prefetched loads (buffers per home)
   // Adds folded into a dot's accumulator: add result -> the dot it aliases.
