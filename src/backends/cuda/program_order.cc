@@ -137,7 +137,8 @@ std::optional<int64_t> Emitter::scalar_at(ir::ValueId v, size_t axis, int64_t pi
 
 // Whether a block per program should walk the axis walked fastest backwards: where the producer's
 // loops (or, in a kernel without a producer, its loops with a TMA ring: the head_dim 64 forward at
-// blocks 128 x 64) are bounded by that program id alone and run more rounds at its last index than at its
+// blocks 128 x 64, 1% faster so at s8192 causal in each of three rounds, H200, stop 47 job 37) are
+// bounded by that program id alone and run more rounds at its last index than at its
 // first (the causal forward: q block i runs to key block i), the hardware then starts the longest
 // programs first and ends on short ones, instead of ending the launch on the longest (up to a
 // program's whole length with SMs idle). Persistent kernels keep their order: their balanced
