@@ -372,8 +372,8 @@ void bench_autotune() {
 
 // One launch of each kernel the profile looks at (tools/gpu_run.sh profile runs Nsight Compute on
 // them): the bf16 matmul 4096^3 at 128 x 256 tiles and 4 stages, then for the first attention case
-// (PL_BENCH_ATTN_D / PL_BENCH_ATTN_SEQ pick it) the forward at blocks 128 x 128 and the forward and
-// backward at the defaults of the fwd+bwd rows (128, backward 64).
+// (PL_BENCH_ATTN_D / PL_BENCH_ATTN_SEQ pick it; PL_BENCH_PROFILE_CAUSAL=1 masks it) the forward at
+// blocks 128 x 128 and the forward and backward at the defaults of the fwd+bwd rows (128, backward 64).
 void bench_profile_launches() {
   const int64_t n = 4096;
   const pl::Array a = pl::to_device(pl::random::normal(pl::random::key(1), {n, n}, pl::bf16), gpu());
@@ -383,8 +383,10 @@ void bench_profile_launches() {
   for_each_attention_case([&](const AttentionCase& c) {
     if (done) return;
     done = true;
+    const char* causal = std::getenv("PL_BENCH_PROFILE_CAUSAL");
     pl::ops::MhaOptions o{.sm_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d))),
-                          .block_q = 128, .block_k = 128, .backend = "cuda"};
+                          .causal = causal && std::string(causal) == "1", .block_q = 128, .block_k = 128,
+                          .backend = "cuda"};
     out = pl::ops::mha(c.q, c.k, c.v, pl::Array(), o);
     o.backward_block = 64;
     (void)pl::ops::mha_vjp(c.q, c.k, c.v, pl::Array(), o).backward(c.dout);
