@@ -26,7 +26,9 @@ void Emitter::find_lazy_scales() {
   if (env && std::string(env) == "0") return;
   // Not in an unpipelined loop whose warpgroups take turns at the dots (the causal forward at
   // head_dim 128, blocks 128 x 128): there it ran 10-14% slower (H100, stop 39 job 3), where the
-  // pipelined loops ran 3-10% faster.
+  // pipelined loops ran 3-10% faster; and again 8-13% slower on an H200 (stop 47 job 42, s2048
+  // 0.298 -> 0.322 ms, s8192 0.988 -> 1.12), though it drops each score's multiply and folds the
+  // exp's subtract into an FFMA (docs/performance.md, stop 47).
   auto turns_unpipelined = [&](const ir::Inst* s) {
     for (const ir::Inst* loop : pingpong_loops_) {
       if (pipelined_loop(*loop)) continue;
