@@ -385,7 +385,8 @@ TEST(CudaWgmma, BackwardIssuesDoutVBesideQK) {
 // on barriers of their own (K's of the next iteration at the end of an iteration, V's of the
 // previous one), which lets block_k 128 run pipelined on the two stages that fit, where every
 // program runs the loop alike (not causal); the causal loop there is served unpipelined, its two
-// warpgroups taking turns at the dots. The producer loads the q block too (its home, given
+// warpgroups taking turns at the dots, or pipelined like the others with the opt-in
+// PALLADIUM_CUDA_PIPELINE_VARYING=1 (whose served form then has every check below). The producer loads the q block too (its home, given
 // back after the loop) and the kernel is persistent: capped at 3 blocks, each runs two or three of
 // the 8 programs, the home's barriers and the rings' slots carried from one to the next (and once
 // with PALLADIUM_CUDA_PERSISTENT=0, a block per program). With PALLADIUM_CUDA_REG_SHARE=0 the loop
@@ -396,17 +397,19 @@ TEST(CudaWgmma, PipelinedAttentionLoopGetsAProducerWarpgroup) {
   test_support::ScopedEnv blocks{"PALLADIUM_CUDA_PERSISTENT_BLOCKS", "3"};
   struct Variant {
     int64_t block_k;
-    bool causal, rebalance, pipelined, persistent;
+    bool causal, rebalance, pipelined, persistent, pipeline_varying = false;
   };
   int index = 0;
   for (const Variant v : {Variant{64, true, true, true, true}, Variant{128, false, true, true, true},
                           Variant{128, false, true, true, false}, Variant{128, true, true, false, true},
-                          Variant{64, true, false, true, true}}) {
+                          Variant{64, true, false, true, true}, Variant{128, true, true, true, true, true}}) {
     SCOPED_TRACE("block_k " + std::to_string(v.block_k) + (v.causal ? ", causal" : "") +
                  (v.rebalance ? ", producer warpgroup" : ", PALLADIUM_CUDA_REG_SHARE=0") +
-                 (v.persistent ? "" : ", PALLADIUM_CUDA_PERSISTENT=0"));
+                 (v.persistent ? "" : ", PALLADIUM_CUDA_PERSISTENT=0") +
+                 (v.pipeline_varying ? ", PALLADIUM_CUDA_PIPELINE_VARYING=1" : ""));
     test_support::ScopedEnv share{"PALLADIUM_CUDA_REG_SHARE", v.rebalance ? "1" : "0"};
     test_support::ScopedEnv persist{"PALLADIUM_CUDA_PERSISTENT", v.persistent ? "1" : "0"};
+    test_support::ScopedEnv varying{"PALLADIUM_CUDA_PIPELINE_VARYING", v.pipeline_varying ? "1" : ""};
     // Distinct scales: ops keeps one pallas_call per configuration.
     const float scale = 0.0886f + 0.0001f * static_cast<float>(index);
     const uint64_t seed = 61 + 4 * static_cast<uint64_t>(index++);
@@ -416,7 +419,7 @@ TEST(CudaWgmma, PipelinedAttentionLoopGetsAProducerWarpgroup) {
     ASSERT_FALSE(source.empty()) << "no generated source";
     const bool served = v.rebalance && v.pipelined;
     EXPECT_EQ(source.find("pl_wgmma_wait<1>") != std::string::npos, v.pipelined) << "software-pipelined";
-    const bool turns_unpipelined = v.rebalance && v.causal && v.block_k == 128;
+    const bool turns_unpipelined = v.rebalance && v.causal && v.block_k == 128 && !v.pipeline_varying;
     if (turns_unpipelined) {  // served, unpipelined: each warpgroup waits for its turn at q k^T
       const std::string body = first_loop(source);
       EXPECT_NE(body.find("pl_turn_wait(pl_wg);"), std::string::npos) << "no turns in the loop";
