@@ -386,11 +386,11 @@ TEST(CudaWgmma, BackwardIssuesDoutVBesideQK) {
 // previous one), which lets block_k 128 run pipelined on the two stages that fit, where every
 // program runs the loop alike (not causal); the causal loop there is served unpipelined, its two
 // warpgroups taking turns at the dots, or pipelined like the others with the opt-in
-// PALLADIUM_CUDA_PIPELINE_VARYING=1 (whose served form then has every check below). The producer loads the q block too (its home, given
-// back after the loop) and the kernel is persistent: capped at 3 blocks, each runs two or three of
-// the 8 programs, the home's barriers and the rings' slots carried from one to the next (and once
-// with PALLADIUM_CUDA_PERSISTENT=0, a block per program). With PALLADIUM_CUDA_REG_SHARE=0 the loop
-// has no producer. All against float64.
+// PALLADIUM_CUDA_PIPELINE_VARYING=1 (whose served form then has every check below). The producer
+// loads the q block too (its home, given back after the loop) and the kernel is persistent:
+// capped at 3 blocks, each runs two or three of the 8 programs, the home's barriers and the
+// rings' slots carried from one to the next (and once with PALLADIUM_CUDA_PERSISTENT=0, a block
+// per program). With PALLADIUM_CUDA_REG_SHARE=0 the loop has no producer. All against float64.
 TEST(CudaWgmma, PipelinedAttentionLoopGetsAProducerWarpgroup) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;
