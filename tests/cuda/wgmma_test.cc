@@ -581,6 +581,7 @@ TEST(CudaWgmma, CausalSpansAreRecomputedNotExchanged) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;
   test_support::ScopedEnv single_role{"PALLADIUM_CUDA_PINGPONG", "0"};
+  test_support::ScopedEnv unserved{"PALLADIUM_CUDA_PIPELINE_VARYING", ""};  // which would serve it anyway
   const std::string source = checked_attention_source(
       "mha_forward", {1, 512, 2, 128}, 45, {.sm_scale = 0.0883f, .causal = true, .block_q = 128, .block_k = 128}, false);
   ASSERT_FALSE(source.empty()) << "no generated source";

@@ -273,7 +273,7 @@ int64_t Emitter::balance_length() const {
   constexpr int64_t kBalancedBlocks = 128;  // about the blocks a Hopper runs at once (an SM each)
   const char* env = std::getenv("PALLADIUM_CUDA_PERSISTENT");
   if ((env && *env) || raster_group() > 0) return 0;
-  const std::optional<std::vector<const ir::Inst*>> varying = ring_loops_along_fastest(true);
+  const std::optional<std::vector<const ir::Inst*>> varying = ring_loops_along_fastest();  // persistent: a producer kernel
   if (!varying || varying->empty()) return 0;
   const std::vector<size_t> order = program_order();
   int64_t programs = 1;
@@ -282,17 +282,17 @@ int64_t Emitter::balance_length() const {
   return programs >= kBalancedBlocks * (length - 1) ? length : 0;
 }
 
-// The producer's loops (with `producer_only`, or where the kernel has a producer; else every loop
-// with a TMA ring) whose bounds come from program ids, where each such bound comes from the axis
-// walked fastest alone; nullopt where one comes from another axis (or from several).
-std::optional<std::vector<const ir::Inst*>> Emitter::ring_loops_along_fastest(bool producer_only) const {
+// The producer's loops (in a kernel without a producer, every loop with a TMA ring) whose bounds
+// come from program ids, where each such bound comes from the axis walked fastest alone; nullopt
+// where one comes from another axis (or from several).
+std::optional<std::vector<const ir::Inst*>> Emitter::ring_loops_along_fastest() const {
   const std::vector<size_t> order = program_order();
   if (order.empty()) return std::nullopt;
   bool has_producer = false;
   for (const auto& [loop, ring] : tma_rings_) has_producer = has_producer || producer_serves(*loop);
   std::vector<const ir::Inst*> loops;
   for (const auto& [loop, ring] : tma_rings_) {
-    if ((producer_only || has_producer) && !producer_serves(*loop)) continue;
+    if (has_producer && !producer_serves(*loop)) continue;
     const std::set<size_t> axes = program_axes_of(std::vector<ir::ValueId>{loop->operands[0], loop->operands[1]});  // its bounds
     if (axes.empty()) continue;
     if (axes.size() > 1 || *axes.begin() != order.back()) return std::nullopt;

@@ -343,7 +343,7 @@ class Emitter {
   bool runs_alike(const ir::Inst& loop) const;  // its bounds are free of program ids
   bool persistent_eligible() const;             // a producer kernel whose programs may share a block
   int64_t balance_length() const;               // GeneratedKernel::balance_length
-  std::optional<std::vector<const ir::Inst*>> ring_loops_along_fastest(bool producer_only) const;
+  std::optional<std::vector<const ir::Inst*>> ring_loops_along_fastest() const;
   void emit_producer_homes();                  // in the producer's program, before its rounds
   void emit_home_release(const ir::Inst& in);  // in the consumers', after a top-level instruction
   std::map<const ir::Inst*, TmaRing> tma_rings_;  // by loop

@@ -154,7 +154,7 @@ std::optional<int64_t> Emitter::scalar_at(ir::ValueId v, size_t axis, int64_t pi
 bool Emitter::longest_first() const {
   const char* env = std::getenv("PALLADIUM_CUDA_LONGEST_FIRST");
   if ((env && std::string(env) == "0") || raster_group() > 0) return false;
-  const std::optional<std::vector<const ir::Inst*>> varying = ring_loops_along_fastest(false);
+  const std::optional<std::vector<const ir::Inst*>> varying = ring_loops_along_fastest();
   if (!varying) return false;
   const size_t fastest = program_order().back();
   const int64_t last = k_.grid[fastest] - 1;
