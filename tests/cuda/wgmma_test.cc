@@ -384,9 +384,9 @@ TEST(CudaWgmma, BackwardIssuesDoutVBesideQK) {
 // warp caused), no C7508 (setmaxnreg ignored) and no spills. K's and V's tiles complete and go back
 // on barriers of their own (K's of the next iteration at the end of an iteration, V's of the
 // previous one), which lets block_k 128 run pipelined on the two stages that fit, where every
-// program runs the loop alike (not causal); the causal loop there is served unpipelined, its two
-// warpgroups taking turns at the dots, or pipelined like the others with the opt-in
-// PALLADIUM_CUDA_PIPELINE_VARYING=1 (whose served form then has every check below). The producer
+// program runs the loop alike (not causal); the causal loop there is pipelined and served like
+// the others, or with PALLADIUM_CUDA_PIPELINE_VARYING=0 served unpipelined, its two warpgroups
+// taking turns at the dots. The producer
 // loads the q block too (its home, given back after the loop) and the kernel is persistent:
 // capped at 3 blocks, each runs two or three of the 8 programs, the home's barriers and the
 // rings' slots carried from one to the next (and once with PALLADIUM_CUDA_PERSISTENT=0, a block
@@ -397,19 +397,19 @@ TEST(CudaWgmma, PipelinedAttentionLoopGetsAProducerWarpgroup) {
   test_support::ScopedEnv blocks{"PALLADIUM_CUDA_PERSISTENT_BLOCKS", "3"};
   struct Variant {
     int64_t block_k;
-    bool causal, rebalance, pipelined, persistent, pipeline_varying = false;
+    bool causal, rebalance, pipelined, persistent, pipeline_varying = true;
   };
   int index = 0;
   for (const Variant v : {Variant{64, true, true, true, true}, Variant{128, false, true, true, true},
-                          Variant{128, false, true, true, false}, Variant{128, true, true, false, true},
-                          Variant{64, true, false, true, true}, Variant{128, true, true, true, true, true}}) {
+                          Variant{128, false, true, true, false}, Variant{128, true, true, false, true, false},
+                          Variant{64, true, false, true, true}, Variant{128, true, true, true, true}}) {
     SCOPED_TRACE("block_k " + std::to_string(v.block_k) + (v.causal ? ", causal" : "") +
                  (v.rebalance ? ", producer warpgroup" : ", PALLADIUM_CUDA_REG_SHARE=0") +
                  (v.persistent ? "" : ", PALLADIUM_CUDA_PERSISTENT=0") +
-                 (v.pipeline_varying ? ", PALLADIUM_CUDA_PIPELINE_VARYING=1" : ""));
+                 (v.pipeline_varying ? "" : ", PALLADIUM_CUDA_PIPELINE_VARYING=0"));
     test_support::ScopedEnv share{"PALLADIUM_CUDA_REG_SHARE", v.rebalance ? "1" : "0"};
     test_support::ScopedEnv persist{"PALLADIUM_CUDA_PERSISTENT", v.persistent ? "1" : "0"};
-    test_support::ScopedEnv varying{"PALLADIUM_CUDA_PIPELINE_VARYING", v.pipeline_varying ? "1" : ""};
+    test_support::ScopedEnv varying{"PALLADIUM_CUDA_PIPELINE_VARYING", v.pipeline_varying ? "" : "0"};
     // Distinct scales: ops keeps one pallas_call per configuration.
     const float scale = 0.0886f + 0.0001f * static_cast<float>(index);
     const uint64_t seed = 61 + 4 * static_cast<uint64_t>(index++);
@@ -581,7 +581,7 @@ TEST(CudaWgmma, CausalSpansAreRecomputedNotExchanged) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;
   test_support::ScopedEnv single_role{"PALLADIUM_CUDA_PINGPONG", "0"};
-  test_support::ScopedEnv unserved{"PALLADIUM_CUDA_PIPELINE_VARYING", ""};  // which would serve it anyway
+  test_support::ScopedEnv unserved{"PALLADIUM_CUDA_PIPELINE_VARYING", "0"};  // which would serve it anyway
   const std::string source = checked_attention_source(
       "mha_forward", {1, 512, 2, 128}, 45, {.sm_scale = 0.0883f, .causal = true, .block_q = 128, .block_k = 128}, false);
   ASSERT_FALSE(source.empty()) << "no generated source";
@@ -739,15 +739,16 @@ TEST(CudaWgmma, ThreeSlotRingsCarryTheirSlot) {
 // warpgroups take turns at issuing the next q k^T and this p v (one wait before the pair, one pass
 // after it); the prologue's first q k^T is a turn of its own. Warpgroup 1 hands over the first
 // turn before the prologue, and warpgroup 0 takes back its last pass after the loop. Head_dim 128,
-// blocks 128 x 128 (persistent) and 128 x 64 causal, against float64.
+// blocks 128 x 128 (persistent) causal and not, and 128 x 64 causal, against float64.
 TEST(CudaWgmma, PipelinedAttentionWarpgroupsTakeTurns) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;
   test_support::ScopedEnv blocks{"PALLADIUM_CUDA_PERSISTENT_BLOCKS", "3"};
-  for (const auto& [block_k, causal] : {std::pair<int64_t, bool>{128, false}, std::pair<int64_t, bool>{64, true}}) {
+  for (const auto& [block_k, causal] : {std::pair<int64_t, bool>{128, false}, std::pair<int64_t, bool>{128, true},
+                                        std::pair<int64_t, bool>{64, true}}) {
     SCOPED_TRACE("block_k " + std::to_string(block_k) + (causal ? ", causal" : ""));
     const std::string source = checked_attention_source(
-        "mha_forward", {2, 512, 2, 128}, 83 + block_k,
+        "mha_forward", {2, 512, 2, 128}, 83 + block_k + (causal ? 1 : 0),
         {.sm_scale = 0.097f, .causal = causal, .block_q = 128, .block_k = block_k}, false);
     ASSERT_FALSE(source.empty()) << "no generated source";
     EXPECT_NE(source.find("pl_wgmma_wait<1>"), std::string::npos) << "not software-pipelined";

@@ -73,12 +73,12 @@ std::string pingpong_mode() {
 bool pingpong_enabled() { return pingpong_mode() == "1"; }
 bool pipelined_pingpong_enabled() { return pingpong_mode() != "0" && pingpong_mode() != "1"; }
 
-// PALLADIUM_CUDA_PIPELINE_VARYING=1: a two-stage attention loop whose bounds differ between
-// programs (the causal forward) stays software-pipelined, served by the producer, instead of
-// taking turns unpipelined.
+// A two-stage attention loop whose bounds differ between programs (the causal forward) stays
+// software-pipelined, served by the producer; PALLADIUM_CUDA_PIPELINE_VARYING=0 has it take turns
+// unpipelined instead (the form before stop 48).
 bool pipeline_varying_enabled() {
   const char* env = std::getenv("PALLADIUM_CUDA_PIPELINE_VARYING");
-  return env && std::string(env) == "1";
+  return !(env && std::string(env) == "0");
 }
 
 bool register_rebalancing_enabled() {
@@ -123,22 +123,14 @@ void Emitter::assign_producer() {
     if (ring.cp_async || (pipe && pipe->first_dot && !rebalance) || loop < &top.front() || loop > &top.back())
       continue;
     // On two stages only a ring that splits (K's tiles from the rest) keeps the loop from waiting
-    // for the slot that it is about to give back. And only where every program runs the loop
-    // alike: whose bounds depend on the program (the causal forward's triangle) ran 3-6% slower
-    // pipelined on two stages (H100, stop 33 jobs 1-2: d128 s2048 / s8192 causal, blocks 128 x 128;
-    // 2-6% faster without the mask; Nsight Compute on s2048 causal: tensor pipes 36.7% busy
-    // against 39.2%, long-scoreboard stalls 0.57 per issue against 0.25; cause not found; stop 34
-    // job 1, pipelined and persistent: s2048 0.418 -> 0.462 ms). Stop 35 job 5, with ping-pong and
-    // the causal mask decided per block, through a switch since removed: within noise (s2048
-    // 0.384/0.390 against 0.390/0.392 ms, s8192 1.216/1.219 against 1.214/1.211).
-    // On an H200 (stop 47 job 43, three rounds, PALLADIUM_CUDA_PIPELINE_VARYING=1 against this
-    // default) the causal d128 forward at 128 x 128 ran pipelined 7% faster at s2048 (0.300, 0.300,
-    // 0.306 -> 0.279, 0.277, 0.281 ms) and 5% at s8192 (0.985, 0.992, 0.988 -> 0.946, 0.940,
-    // 0.942); opt-in until test_ops and the H100 have run it.
-    // Such a loop is served unpipelined instead, its warpgroups taking turns at the dots: against
-    // no producer at all (the consumers issuing their own copies), the causal forward d128 blocks
-    // 128 x 128 ran s2048 0.365/0.368 -> 0.344/0.346 ms and s8192 1.145/1.150 -> 1.026/1.038 (H100,
-    // stop 37 job 1, through PALLADIUM_CUDA_PINGPONG=1 in the same binary).
+    // for the slot that it is about to give back. A loop whose bounds depend on the program (the
+    // causal forward's triangle) stays pipelined too: on an H200 the causal d128 forward at
+    // 128 x 128 ran 4-8% faster so than unpipelined with turns (stop 47 job 43, stop 48 job 44:
+    // s2048 0.297 -> 0.274 ms, s8192 0.981 -> 0.940), though on an H100 before the producer
+    // warpgroup and the split barriers it had run 3-6% slower (stop 33 jobs 1-2).
+    // PALLADIUM_CUDA_PIPELINE_VARYING=0 serves such a loop unpipelined, its warpgroups taking turns
+    // at the dots: against no producer at all the causal forward d128 blocks 128 x 128 ran s2048
+    // 0.365/0.368 -> 0.344/0.346 ms and s8192 1.145/1.150 -> 1.026/1.038 (H100, stop 37 job 1).
     bool turns_unpipelined = pingpong_enabled();
     if (pipe && pipe->first_dot && stages_ < 3) {
       const DotOperands first = dot_operands(*pipe->first_dot);
