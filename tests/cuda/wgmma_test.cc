@@ -48,8 +48,8 @@ std::string first_loop(const std::string& source) {
 
 // Compiles the forward's source (or `entry`'s) for sm_90a with ptxas's report: no wgmma serialised
 // (C7520: a wgmma on a divergent path; C7508; C7515: registers of an accumulator defined by other
-// instructions inside a wgmma's pipeline stage, which a persistent causal kernel with a program id
-// of unknown sign had, 50% slower on an H200 at stop 48), no spills; with `no_injected_wait`, no wait that
+// instructions inside a wgmma's pipeline stage, which stop 48's persistent causal kernel with a
+// program id of unknown sign had, 50% slower on an H200), no spills; with `no_injected_wait`, no wait that
 // ptxas injected either (C7517: before a wgmma, to read registers an earlier one defines).
 void expect_wgmma_unserialised(const std::string& source, const std::string& entry = "pl_mha_forward",
                                bool no_injected_wait = false) {
@@ -677,57 +677,38 @@ TEST(CudaWgmma, CausalForwardRunsPersistentAtABalancedBlockCount) {
 // A block per program walks the causal forward's q blocks backwards, longest first (the loop of
 // q block i runs to key block i); PALLADIUM_CUDA_LONGEST_FIRST=0 keeps the forward order, as do
 // the non-causal forward (its programs alike) and the persistent kernel (its balanced stride).
-// With PALLADIUM_CUDA_DYNAMIC_PROGRAMS=1 the persistent causal kernel takes its programs from a
-// counter, longest first; each launch's last take sets the counter back to zero, so the same
-// kernel launched three times gives three right answers. The head_dim 64 forward at blocks
-// 128 x 64 has no producer (two programs per SM): its ring loop decides alike. Each variant and
-// launch against float64, each compiled without serialised wgmma.
+// The head_dim 64 forward at blocks 128 x 64 has no producer (two programs per SM): its ring loop
+// decides alike. Each variant against float64, compiled without serialised wgmma.
 TEST(CudaWgmma, CausalForwardBlocksStartWithTheLongestPrograms) {
   PL_REQUIRE_NVRTC();
   WgmmaOn on;
   test_support::ScopedEnv blocks{"PALLADIUM_CUDA_PERSISTENT_BLOCKS", "8"};
   struct Variant {
-    std::string longest_first, dynamic;
+    std::string longest_first;
     bool causal;
     Shape shape;
     bool persistent, reversed;
   };
+  const std::string reversed_decode = "const int pl_pid0 = 3 - (int)(pl_rest % 4ll);";  // 512 / 128 q blocks
   int index = 0;
-  for (const Variant& v : {Variant{"", "", true, {1, 512, 16, 128}, false, true},
-                           Variant{"0", "", true, {1, 512, 16, 128}, false, false},
-                           Variant{"", "", false, {1, 512, 16, 128}, true, false},
-                           Variant{"", "", true, {4, 256, 16, 128}, true, false},
-                           Variant{"", "1", true, {4, 256, 16, 128}, true, true},
-                           Variant{"", "", true, {1, 512, 16, 64}, false, true},
-                           Variant{"0", "", true, {1, 512, 16, 64}, false, false},
-                           Variant{"", "", false, {1, 512, 16, 64}, false, false}}) {
-    SCOPED_TRACE("PALLADIUM_CUDA_LONGEST_FIRST='" + v.longest_first + "', PALLADIUM_CUDA_DYNAMIC_PROGRAMS='" +
-                 v.dynamic + "', causal " + std::to_string(v.causal) + ", " + shape_str(v.shape));
+  for (const Variant& v : {Variant{"", true, {1, 512, 16, 128}, false, true},
+                           Variant{"0", true, {1, 512, 16, 128}, false, false},
+                           Variant{"", false, {1, 512, 16, 128}, true, false},
+                           Variant{"", true, {4, 256, 16, 128}, true, false},
+                           Variant{"", true, {1, 512, 16, 64}, false, true},
+                           Variant{"0", true, {1, 512, 16, 64}, false, false},
+                           Variant{"", false, {1, 512, 16, 64}, false, false}}) {
+    SCOPED_TRACE("PALLADIUM_CUDA_LONGEST_FIRST='" + v.longest_first + "', causal " + std::to_string(v.causal) + ", " +
+                 shape_str(v.shape));
     test_support::ScopedEnv order{"PALLADIUM_CUDA_LONGEST_FIRST", v.longest_first};
-    test_support::ScopedEnv dynamic{"PALLADIUM_CUDA_DYNAMIC_PROGRAMS", v.dynamic};
-    const bool taken = v.persistent && v.causal && v.dynamic == "1";
-    const pl::ops::MhaOptions o{.sm_scale = 0.117f + 0.002f * static_cast<float>(index), .causal = v.causal,
-                                .block_q = 128, .block_k = 64};
-    const std::string source = checked_attention_source("mha_forward", v.shape, 131 + static_cast<uint64_t>(index), o, false);
-    for (int launch = 1; launch < (taken ? 3 : 1); ++launch)  // the same kernel again: the counter's reset
-      checked_attention_source("mha_forward", v.shape, 131 + static_cast<uint64_t>(index + 16 * launch), o, false);
+    const std::string source = checked_attention_source(
+        "mha_forward", v.shape, 131 + static_cast<uint64_t>(index),
+        {.sm_scale = 0.117f + 0.002f * static_cast<float>(index), .causal = v.causal, .block_q = 128, .block_k = 64}, false);
     ++index;
     ASSERT_FALSE(source.empty()) << "no generated source";
-    const int64_t q_blocks = v.shape[1] / 128;
-    const std::string reversed_decode = "const int pl_pid0 = " + std::to_string(q_blocks - 1) + " - (int)(pl_rest % " +
-                                        std::to_string(q_blocks) + "ll);";
     EXPECT_EQ(source.find("for (long long pl_block = pl_first_block;") != std::string::npos, v.persistent);
     EXPECT_EQ(source.find(reversed_decode) != std::string::npos, v.reversed);
     EXPECT_EQ(source.find(" - (int)(pl_rest %") != std::string::npos, v.reversed);
-    EXPECT_EQ(source.find("pl_taken = atomicAdd(pl_slot_flags, 1u);") != std::string::npos, taken);
-    EXPECT_EQ(source.find("pl_block = (long long)*(volatile unsigned*)&pl_program_id_s;") != std::string::npos, taken);
-    EXPECT_EQ(source.find("pl_block += (long long)gridDim.x * gridDim.y") != std::string::npos, v.persistent && !taken);
-    if (taken) {  // the last take (programs - 1) resets the counter; past the end the producer hands over an id
-      const int64_t programs = v.shape[0] * v.shape[2] * q_blocks;
-      EXPECT_NE(source.find("if (pl_taken == " + std::to_string(programs - 1) + "u) atomicExch(pl_slot_flags, 0u);"),
-                std::string::npos);
-      EXPECT_NE(source.find("pl_program_id_s = (unsigned)pl_next_block;\n  pl_mbar_arrive(pl_home_bar0);"), std::string::npos);
-    }
     expect_wgmma_unserialised(source);
   }
 }

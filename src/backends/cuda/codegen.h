@@ -59,11 +59,6 @@ struct GeneratedKernel {
   // length, for the launch to choose a block count that shares the work alike (cuda_backend.cc,
   // balanced_blocks); 0 where the loops run alike.
   int64_t balance_length = 0;
-  // A persistent kernel whose blocks take their next program from a counter in global memory
-  // (pl_slot_flags[0]: zero at the launch, and the launch's last take sets it back to zero) instead
-  // of a fixed stride (PALLADIUM_CUDA_DYNAMIC_PROGRAMS=1, emit_producer.cc). The launch takes every
-  // resident block.
-  bool dynamic_programs = false;
   // Blocks per thread-block cluster (emit_cluster.cc), along the launch grid's x: the grid's x
   // extent must be a multiple of it, and a persistent launch is sized by the resident clusters.
   int cluster = 1;

@@ -67,34 +67,12 @@ struct DeviceKernel {
   int threads = 128;
   int64_t shared_bytes = 0, scratch_bytes = 0, num_programs = 1;
   bool persistent = false;  // launch at most one wave of blocks; each loops over programs
-  bool dynamic_programs = false;  // GeneratedKernel::dynamic_programs: a counter in pl_slot_flags
   int64_t balance_length = 0;  // GeneratedKernel::balance_length
   int cluster = 1;          // blocks per cluster, along x
   std::vector<DebugPrintInfo> prints;
   std::vector<backend::AccessSite> access_sites;
   bool checked = false;
   std::vector<TensorMapSpec> tensor_maps;
-  // dynamic_programs: the programs' counter of each stream that launched the kernel, zeroed once;
-  // each launch's last take puts it back to zero for the next launch (launches on one stream run
-  // in order; each stream has its own).
-  mutable std::mutex counters_mu;
-  mutable std::map<CUstream, CUdeviceptr> program_counters;
-  CUdeviceptr program_counter(int ordinal, StreamRef stream, const std::string& what) const {
-    std::lock_guard<std::mutex> lock(counters_mu);
-    CUdeviceptr& p = program_counters[stream.handle];
-    if (!p) {
-      p = allocate(ordinal, sizeof(unsigned), stream);
-      make_current(ordinal);
-      check_driver(driver()->cuMemsetD8Async(p, 0, sizeof(unsigned), stream.handle), what + ": clearing the program counter");
-    }
-    return p;
-  }
-  DeviceKernel() = default;
-  DeviceKernel(const DeviceKernel&) = delete;
-  DeviceKernel& operator=(const DeviceKernel&) = delete;
-  ~DeviceKernel() {
-    for (const auto& [stream, p] : program_counters) release(p);
-  }
 };
 
 struct ModuleCache {
@@ -286,7 +264,6 @@ class CudaExecutable final : public backend::Executable {
     dk->num_programs = g.num_programs;
     dk->persistent = g.persistent;
     dk->balance_length = g.balance_length;
-    dk->dynamic_programs = g.dynamic_programs;
     dk->cluster = g.cluster;
     dk->prints = g.prints;
     dk->access_sites = g.access_sites;
@@ -332,8 +309,6 @@ class CudaExecutable final : public backend::Executable {
       if (!kernel_.aliases.empty()) mark_unusable("pallas_call '" + kernel_.name + "' aliases an input");
       if (dk->scratch_bytes > 0 || !dk->prints.empty() || dk->checked || dk->num_programs == 0)
         mark_unusable("pallas_call '" + kernel_.name + "' needs work besides its launch");
-      // The counter belongs to the kernel, which a graph would outlive.
-      if (dk->dynamic_programs) mark_unusable("pallas_call '" + kernel_.name + "' takes its programs from a counter");
     }
 
     std::vector<CUdeviceptr> ptrs;
@@ -406,8 +381,6 @@ class CudaExecutable final : public backend::Executable {
         make_current(ordinal);
         check_driver(d.cuMemsetD8Async(flags, 0, sizeof(unsigned) * static_cast<size_t>(slots), stream.handle),
                      what() + ": clearing scratch slots");
-      } else if (dk->dynamic_programs) {  // the programs' counter (persistent kernels have no scratch)
-        flags = dk->program_counter(ordinal, stream, what());
       }
       std::vector<void*> args;
       for (CUdeviceptr& p : ptrs) args.push_back(&p);
@@ -436,8 +409,7 @@ class CudaExecutable final : public backend::Executable {
         blocks = std::min<int64_t>(programs, resident);
         if (const char* cap = std::getenv("PALLADIUM_CUDA_PERSISTENT_BLOCKS"); cap && std::atoll(cap) > 0)
           blocks = std::min<int64_t>(blocks, std::atoll(cap));
-        if (dk->balance_length > 1 && dk->cluster == 1 && !dk->dynamic_programs)
-          blocks = balanced_blocks(programs, blocks, dk->balance_length);
+        if (dk->balance_length > 1 && dk->cluster == 1) blocks = balanced_blocks(programs, blocks, dk->balance_length);
         // Whole clusters: programs 2m and 2m + 1 run in one (the generator made the count even).
         blocks = std::max<int64_t>(dk->cluster, blocks / dk->cluster * dk->cluster);
       }

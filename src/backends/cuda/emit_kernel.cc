@@ -461,13 +461,6 @@ GeneratedKernel Emitter::run() {
   plan();
   emit_region(k_.body);
   if (bulk_stage_bytes_ > 0) line("pl_bulk_wait_all();  // the bulk reductions done before the block ends");
-  // Persistent (warp-specialised kernels whose homes the producer loads, without per-program
-  // scratch or records; persistent_eligible): a block runs several programs, its producer filling
-  // the ring for the next program while the consumers store this one's. Decided before the
-  // producer's code, which hands dynamic programs' ids over.
-  const bool persistent = persistent_eligible() && debug_prints_.empty() && !params_.checks &&
-                          global_stage_offset_ + global_stage_bytes_ == 0;
-  dynamic_programs_ = persistent && dynamic_programs_eligible();
   const std::string producer = producer_code();
 
   GeneratedKernel g;
@@ -556,19 +549,17 @@ GeneratedKernel Emitter::run() {
   std::string linear = "0";
   for (size_t d = 0; d < k_.grid.size(); ++d)
     linear = "(" + linear + ") * " + std::to_string(k_.grid[d]) + "ll + pl_pid" + std::to_string(d);
-  // A persistent block runs programs pl_block, pl_block + blocks, ..., or takes them from a counter.
-  g.persistent = persistent;
-  g.dynamic_programs = dynamic_programs_;
-  const std::string program = "  long long pl_rest = pl_block;\n" + program_id_decode(g.dynamic_programs) +
+  // Persistent (warp-specialised kernels whose homes the producer loads, without per-program
+  // scratch or records; persistent_eligible): a block runs programs pl_block, pl_block + blocks,
+  // ..., its producer filling the ring for the next program while the consumers store this one's.
+  g.persistent = persistent_eligible() && debug_prints_.empty() && !params_.checks && g.scratch_bytes == 0;
+  const std::string program = "  long long pl_rest = pl_block;\n" + program_id_decode() +
                               "  const long long pl_linear = " + linear + ";\n  (void)pl_linear;\n";
   g.balance_length = g.persistent ? balance_length() : 0;
   // The warp's warpgroup, once: computed in a loop, its shuffle headed every iteration's first
   // wgmma descriptor.
   if (uniform_addresses() && threads_ > 128) src << "  const int pl_wg_top = pl_warpgroup();\n  (void)pl_wg_top;\n";
   src << "  const long long pl_first_block = (long long)blockIdx.x + (long long)blockIdx.y * gridDim.x;\n";
-  // Unsigned: a program id that ptxas cannot prove non-negative leaves the causal loop's bounds
-  // (from the id's remainders) possibly empty, and it then serialises every wgmma (C7515).
-  if (g.dynamic_programs) src << "  __shared__ unsigned pl_program_id_s;  // the consumers' next program, from the producer\n";
   if (!g.persistent) {
     src << "  const long long pl_block = pl_first_block;\n";
     src << "  if (pl_block >= " << g.num_programs << "ll) return;\n";
@@ -620,24 +611,7 @@ GeneratedKernel Emitter::run() {
                           : std::string("    if (pl_lane() == 0) {\n"));
   const std::string consumer_open =
       "  } else {\n" + (consumer_regs_ > 0 ? "    pl_regs_increase<" + std::to_string(consumer_regs_) + ">();\n" : "");
-  if (g.persistent && g.dynamic_programs) {
-    // The producer takes its block's next program from the counter as it starts one and, past the
-    // last, hands the consumers an id past the end on the home's barrier (dynamic_programs_eligible).
-    const std::string end = std::to_string(g.num_programs) + "ll";
-    src << producer_open << "  long long pl_next_block = 0;\n  unsigned pl_taken = 0u;\n"
-        << "  for (long long pl_block = pl_first_block; pl_block < " << end << "; pl_block = pl_next_block) {\n"
-        << program << producer
-        << "  if (pl_taken == " << g.num_programs - 1 << "u) atomicExch(pl_slot_flags, 0u);  // the launch's last take\n"
-        << "  pl_next_block = (long long)gridDim.x * gridDim.y + (long long)pl_taken;\n  }\n"
-        << "  pl_mbar_wait(pl_home_empty0, pl_home_phase ^ 1u);\n"
-        << "  pl_program_id_s = (unsigned)pl_next_block;\n"
-        << "  pl_mbar_arrive(pl_home_bar0);\n    }\n"
-        << consumer_open << "  for (long long pl_block = pl_first_block; pl_block < " << end << ";) {\n"
-        << program << body_.str() << "  pl_home_phase ^= 1u;\n"
-        << "  pl_consumer_barrier<" << threads_ << ">();\n"
-        << "  pl_mbar_wait(pl_home_bar0, pl_home_phase);\n"
-        << "  pl_block = (long long)*(volatile unsigned*)&pl_program_id_s;\n  }\n  }\n";
-  } else if (g.persistent) {
+  if (g.persistent) {
     const std::string programs = "  for (long long pl_block = pl_first_block; pl_block < " + std::to_string(g.num_programs) +
                                  "ll; pl_block += (long long)gridDim.x * gridDim.y) {\n";
     src << producer_open << programs << program << producer << "  }\n    }\n"

@@ -256,27 +256,6 @@ bool Emitter::persistent_eligible() const {
   return alike || mode == "1" || balance_length() > 1;  // balance_length is 0 under any mode
 }
 
-// PALLADIUM_CUDA_DYNAMIC_PROGRAMS=1 (opt-in): a persistent kernel whose programs' loops run longer
-// along the axis walked fastest (the causal forward) takes its programs from a counter, longest
-// first along that axis, so that the block whose program ends first takes the next: the balanced
-// stride gives some blocks one program more than others (2048 programs on 131 blocks: 16 or 15,
-// each 8.5 key blocks on average at s2048). The producer takes the id of its block's next program
-// once the program's home is on its way and hands it to the consumers beside the next program's
-// home: written to shared memory before the home's barrier arrives, read after its wait; past the
-// last program it arrives without a copy, with an id past the end. Only with a home from the
-// producer: its barrier carries the id. On an H200 (stop 48 job 48, two rounds, against the
-// stride in the same binary) it ran slower: causal s2048 d128 128 x 128 0.297, 0.301 against 0.284,
-// 0.280 ms, 128 x 64 0.358, 0.355 against 0.330, 0.324, d64 128 x 128 0.436, 0.430 against 0.417,
-// 0.413 (ptxas waits for the take's result at once, a shuffle of a warp-aggregated atomic, before
-// the program's first rounds; not measured apart). With the id signed, ptxas could not prove it
-// non-negative and serialised every wgmma (C7515): 50% slower (job 46).
-bool Emitter::dynamic_programs_eligible() const {
-  const char* env = std::getenv("PALLADIUM_CUDA_DYNAMIC_PROGRAMS");
-  if (!(env && std::string(env) == "1") || !producer_homes_ || home_loads_.empty() || raster_group() > 0) return false;
-  const std::optional<std::vector<const ir::Inst*>> varying = ring_loops_along_fastest();
-  return varying && !varying->empty() && longest_first();
-}
-
 // The length of the axis walked fastest where the producer's loops run alike except along it, and
 // only by default (PALLADIUM_CUDA_PERSISTENT unset); 0 otherwise. Also 0 where the programs are
 // too few to give each of kBalancedBlocks blocks length - 1 of them (balanced_blocks would then
@@ -324,16 +303,12 @@ void Emitter::emit_producer_homes() {
     const std::string index = std::to_string(h);
     open("");
     line("if (pl_block != pl_first_block) pl_mbar_wait(pl_home_empty" + index + ", pl_home_phase ^ 1u);");
-    if (dynamic_programs_ && h == 0) line("pl_program_id_s = (unsigned)pl_block;  // the consumers read it past the barrier");
     line("unsigned long long* const pl_bar = pl_home_bar" + index + ";");
     line("pl_mbar_expect_tx(pl_bar, " + std::to_string(tile.bytes()) + "u);");
     emit_tma_issue(load, "((pl_u16*)(pl_smem + " + std::to_string(tile.offset) + "))");
     close();
   }
   line("pl_home_phase ^= 1u;");
-  // The block's next program, taken once this one's homes are on their way: the atomic add then
-  // returns while the program's rounds go out (read at the end of the producer's program).
-  if (dynamic_programs_) line("pl_taken = atomicAdd(pl_slot_flags, 1u);");
 }
 
 // After the last top-level instruction reading a home, its dots retired: each consumer warp gives

@@ -342,11 +342,9 @@ class Emitter {
   void choose_producer_homes(const std::set<ir::ValueId>& known);
   bool runs_alike(const ir::Inst& loop) const;  // its bounds are free of program ids
   bool persistent_eligible() const;             // a producer kernel whose programs may share a block
-  bool dynamic_programs_eligible() const;       // GeneratedKernel::dynamic_programs, where persistent
   int64_t balance_length() const;               // GeneratedKernel::balance_length
   std::optional<std::vector<const ir::Inst*>> ring_loops_along_fastest() const;
   void emit_producer_homes();                  // in the producer's program, before its rounds
-  bool dynamic_programs_ = false;              // set by generate once the kernel is persistent
   void emit_home_release(const ir::Inst& in);  // in the consumers', after a top-level instruction
   std::map<const ir::Inst*, TmaRing> tma_rings_;  // by loop
   // Who issues a loop's prefetch rounds, and where (choose_tma, choose_producer):
