@@ -97,7 +97,6 @@ bool Emitter::uniform_addresses() const {
 void Emitter::barrier() {
   touched_shared_ = true;
   barrier_in_body_ = true;
-  ++consumer_barriers_;
   line(producer_warps_ > 0 ? "pl_consumer_barrier<" + std::to_string(threads_) + ">();" : "__syncthreads();");
 }
 
@@ -617,8 +616,8 @@ GeneratedKernel Emitter::run() {
                                  "ll; pl_block += (long long)gridDim.x * gridDim.y) {\n";
     src << producer_open << programs << program << producer << "  }\n    }\n"
         << consumer_open << programs << program << body_.str() << (tma_homes_.empty() ? "" : "  pl_home_phase ^= 1u;\n")
-        << (programs_need_barrier() ? "  pl_consumer_barrier<" + std::to_string(threads_) + ">();\n" : "")
-        << "  }\n  }\n";
+        << "  pl_consumer_barrier<" << threads_
+        << ">();\n  }\n  }\n";
   } else {
     src << "  const long long pl_linear = " << linear << ";\n  (void)pl_linear;\n";
     if (producer_warps_ > 0)  // the producer's first lane issues the rings' copies; the consumer warps run the body

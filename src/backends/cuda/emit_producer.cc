@@ -470,13 +470,9 @@ void Emitter::emit_consumer_loop_end(const ir::Inst& loop) {
 // pipelined loop's prologue, whose first dot is a turn); after it, in the unpipelined loop each
 // warpgroup ends the turn its last dot began (where the loop ran), and warpgroup 0 takes back
 // warpgroup 1's last pass, so that every arrival on the turn barriers has its wait and a later run
-// of the loop starts afresh. Where the turns span programs (turns_span_programs), the hand-over
-// happens in the block's first program only and the taking back in its last: warpgroup 1's last
-// pass of one program is warpgroup 0's first turn in the next.
+// of the loop starts afresh.
 void Emitter::emit_turns_open(const ir::Inst& loop) {
-  if (!pingpong_loops_.count(&loop)) return;
-  line(std::string("if ((pl_warp() >> 2) == 1") + (turns_span_programs(loop) ? " && pl_block == pl_first_block" : "") +
-       ") pl_turn_pass(1);");
+  if (pingpong_loops_.count(&loop)) line("if ((pl_warp() >> 2) == 1) pl_turn_pass(1);");
 }
 
 void Emitter::emit_turns_close(const ir::Inst& loop) {
@@ -484,45 +480,7 @@ void Emitter::emit_turns_close(const ir::Inst& loop) {
   const PipelinedLoop* pipe = pipelined_loop(loop);
   if (!pipe)  // the unpipelined loop's last turn, begun at its last p v, is still open
     line("if (" + name(loop.operands[1]) + "[0] > " + name(loop.operands[0]) + "[0]) pl_turn_pass(pl_warp() >> 2);");
-  const std::string last_program = " && pl_block + (long long)gridDim.x * gridDim.y >= " +
-                                   std::to_string(k_.parallel_programs()) + "ll";
-  line("if ((pl_warp() >> 2) == 0" + (turns_span_programs(loop) ? last_program : std::string()) + ") pl_turn_wait(0);");
-}
-
-// PALLADIUM_CUDA_CONTINUOUS_PROGRAMS=0 keeps the consumers' block barrier after each program of a
-// persistent block, and each program's turns starting afresh (the form before stop 49). Read at
-// each generation (tests set it).
-namespace {
-bool continuous_programs_enabled() {
-  const char* env = std::getenv("PALLADIUM_CUDA_CONTINUOUS_PROGRAMS");
-  return !(env && std::string(env) == "0");
-}
-}  // namespace
-
-// The turns of the kernel's only ping-pong loop run on across programs where that loop is
-// software-pipelined and stands at the top level (it runs once a program, both warpgroups alike).
-// Unpipelined turns end a program with both warpgroups' last passes, which the next program's
-// first turns would meet out of order.
-bool Emitter::turns_span_programs(const ir::Inst& loop) const {
-  const std::vector<ir::Inst>& top = k_.body.body;
-  const PipelinedLoop* pipe = pipelined_loop(loop);
-  return continuous_programs_enabled() && pingpong_loops_.size() == 1 && pingpong_loops_.count(&loop) &&
-         !k_.any_sequential() && !top.empty() && &loop >= &top.front() && &loop <= &top.back() && pipe &&
-         pipelined_turns(*pipe);
-}
-
-// Whether a persistent block's consumers meet at a block barrier between programs. Everything they
-// share across programs goes through mbarriers (the homes and rings: a slot is refilled only after
-// every consumer warp gave it back) or the turn barriers; a body that meets at a block barrier of
-// its own exchanges data through shared memory, which the next program must not overwrite while a
-// slower warp still reads it, and the bulk reductions' staging rows are read by the copy engine
-// after the body. Without the barrier one warpgroup starts the next program (its q k^T) while the
-// other still finishes this one's p v and stores.
-bool Emitter::programs_need_barrier() const {
-  if (!continuous_programs_enabled() || consumer_barriers_ > 0 || bulk_stage_bytes_ > 0) return true;
-  for (const ir::Inst* loop : pingpong_loops_)
-    if (!turns_span_programs(*loop)) return true;
-  return false;
+  line("if ((pl_warp() >> 2) == 0) pl_turn_wait(0);");
 }
 
 void Emitter::emit_turn_wait(const ir::Inst& dot) {

@@ -401,12 +401,6 @@ class Emitter {
   void emit_turn_wait(const ir::Inst& dot);     // before a dot's issue, where a turn begins
   void emit_turn_pass(const ir::Inst& dot);     // after it, where one ends
   bool pipelined_turns(const PipelinedLoop& p) const;  // does p's loop take turns?
-  // Continuous programs (emit_producer.cc): a persistent block's programs follow each other without
-  // the consumers meeting in between, and the turns of a top-level pipelined loop run on from one
-  // program into the next. consumer_barriers_ counts the block barriers emitted in the body.
-  int consumer_barriers_ = 0;
-  bool turns_span_programs(const ir::Inst& loop) const;
-  bool programs_need_barrier() const;
   // The programs' walk (program_order.cc): pl_pid<d> from the linear block index, the parallel
   // axes outermost first, and the grid axes a value's program ids come from.
   // reverse_fastest: the fastest axis walked from its last index (longest_first).
