@@ -438,10 +438,12 @@ TEST(CudaWgmma, PipelinedAttentionLoopGetsAProducerWarpgroup) {
     EXPECT_EQ(source.find("pl_mbar_init(pl_home_empty0, 8);") != std::string::npos, served) << "q not loaded by the producer";
     EXPECT_EQ(source.find("for (long long pl_block = pl_first_block;") != std::string::npos, served && v.persistent);
     if (!served) continue;
-    // The q block goes back once per program, after the loop, and comes on the program's parity.
-    EXPECT_EQ(test_support::count_of(source, "pl_mbar_arrive(pl_home_empty0);"), 1u);
+    // The q block goes back once per program, once its last q k^T is retired (in the prologue, the
+    // loop or after it, by the loop's length: ForwardGivesItsQBlockBackAfterTheLastQkT), and comes
+    // on the program's parity.
+    EXPECT_EQ(test_support::count_of(source, "pl_mbar_arrive(pl_home_empty0);"), 3u);
     EXPECT_EQ(test_support::count_of(source, "pl_mbar_wait(pl_home_bar0, pl_home_phase);"), 1u);
-    EXPECT_EQ(first_loop(source).find("pl_home_empty0"), std::string::npos);
+    EXPECT_EQ(test_support::count_of(first_loop(source), "pl_home_empty0"), 1u);
     const std::string stages = v.block_k == 128 ? "2" : "4";
     EXPECT_NE(source.find("for (int s = 0; s < " + stages + "; ++s) pl_mbar_init(&pl_empty1[s], 8);"), std::string::npos)
         << "no separate barriers for V's tiles at " << stages << " stages";
@@ -776,6 +778,44 @@ TEST(CudaWgmma, PipelinedAttentionWarpgroupsTakeTurns) {
     EXPECT_GT(source.find("if ((pl_warp() >> 2) == 0) pl_turn_wait(0);"), loop);
     expect_wgmma_unserialised(source);
   }
+}
+
+// The forward's q block, a home the producer loads, goes back once the last q k^T is retired: at
+// the end of iteration hi - 2 (a loop of one iteration: in the prologue; of none: after it), so
+// that the producer brings in the next program's q while this program's last iteration runs;
+// PALLADIUM_CUDA_EARLY_HOME_RELEASE=0 gives it back after the loop. 16 programs on 3 blocks, causal
+// (loops of one to four iterations) and not, each form against float64 (on a GPU).
+TEST(CudaWgmma, ForwardGivesItsQBlockBackAfterTheLastQkT) {
+  PL_REQUIRE_NVRTC();
+  WgmmaOn on;
+  test_support::ScopedEnv blocks{"PALLADIUM_CUDA_PERSISTENT_BLOCKS", "3"};
+  int index = 0;
+  for (const std::string early : {"", "0"})
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(std::string(causal ? "causal" : "not causal") + ", PALLADIUM_CUDA_EARLY_HOME_RELEASE='" + early + "'");
+      test_support::ScopedEnv early_env{"PALLADIUM_CUDA_EARLY_HOME_RELEASE", early};
+      // A scale of its own per variant: the ops library caches its calls by their options.
+      const std::string source = checked_attention_source(
+          "mha_forward", {2, 512, 2, 128}, 131 + 5 * static_cast<uint64_t>(index),
+          {.sm_scale = 0.089f + 0.001f * static_cast<float>(index), .causal = causal, .block_q = 128, .block_k = 128},
+          false);
+      ++index;
+      ASSERT_FALSE(source.empty()) << "no generated source";
+      ASSERT_NE(source.find("pl_mbar_wait(pl_home_bar0, pl_home_phase);"), std::string::npos) << "no home from the producer";
+      const std::string body = first_loop(source);
+      ASSERT_FALSE(body.empty()) << "no loop in the generated source";
+      const size_t loop = source.find(body);
+      const bool early_on = early.empty();
+      const std::string give_back = "pl_mbar_arrive(pl_home_empty0);";
+      EXPECT_EQ(body.find(" + 2 == ") != std::string::npos && body.find(give_back) != std::string::npos, early_on);
+      EXPECT_EQ(source.substr(0, loop).find(give_back) != std::string::npos, early_on) << "the prologue's release";
+      const size_t after = source.find(give_back, loop + body.size());
+      ASSERT_NE(after, std::string::npos) << "no release after the loop";
+      const size_t line_start = source.rfind('\n', after) + 1;
+      const std::string after_line = source.substr(line_start, after - line_start);
+      EXPECT_EQ(after_line.find(" <= ") != std::string::npos, early_on) << after_line;  // only where the loop ran none
+      expect_wgmma_unserialised(source);
+    }
 }
 
 // Two programs add their halves of K, a wgmma accumulator whose old values nobody reads, into the

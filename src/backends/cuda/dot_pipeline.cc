@@ -111,6 +111,7 @@ void Emitter::emit_pipeline_prologue(const PipelinedLoop& p) {
   if (turns) line("pl_turn_pass(pl_warp() >> 2);");
   line("pl_wgmma_wait<0>();");
   if (split) emit_slot_release(loop, 0, lo);  // K's slot: its one dot is retired
+  if (split) emit_early_home_release(loop, lo + " + 1 == " + hi);  // a loop of one iteration: its only q k^T
   close();
 }
 

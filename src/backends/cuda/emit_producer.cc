@@ -312,13 +312,72 @@ void Emitter::emit_producer_homes() {
 }
 
 // After the last top-level instruction reading a home, its dots retired: each consumer warp gives
-// the home back.
+// the home back (a home that went back inside the loop, early_home_releases, only where the loop
+// ran no iteration).
 void Emitter::emit_home_release(const ir::Inst& in) {
   auto it = home_releases_.find(&in);
   if (it == home_releases_.end()) return;
   retire_dots();
+  const std::vector<int> early = in.op == ir::Op::For ? early_home_releases(in) : std::vector<int>{};
   line("__syncwarp();");
-  for (int h : it->second) line("if (pl_lane() == 0) pl_mbar_arrive(pl_home_empty" + std::to_string(h) + ");");
+  for (int h : it->second) {
+    const bool ran_early = std::find(early.begin(), early.end(), h) != early.end();
+    line(std::string(ran_early ? "if (pl_lane() == 0 && " + name(in.operands[1]) + "[0] <= " + name(in.operands[0]) + "[0])"
+                               : "if (pl_lane() == 0)") +
+         " pl_mbar_arrive(pl_home_empty" + std::to_string(h) + ");");
+  }
+}
+
+// PALLADIUM_CUDA_EARLY_HOME_RELEASE=0 gives every home back after the loop (the form before stop
+// 49). Read at each generation (tests set it).
+namespace {
+bool early_home_release_enabled() {
+  const char* env = std::getenv("PALLADIUM_CUDA_EARLY_HOME_RELEASE");
+  return !(env && std::string(env) == "0");
+}
+}  // namespace
+
+// The persistent forward's q block is read by q k^T only, issued a round ahead: once the last one
+// is retired (iteration hi - 2's wait<1>), the producer may bring in the next program's q while
+// this program's last iteration runs, instead of after both warpgroups left the loop.
+std::vector<int> Emitter::early_home_releases(const ir::Inst& loop) const {
+  std::vector<int> homes;
+  const PipelinedLoop* pipe = pipelined_loop(loop);
+  const TmaRing* ring = tma_ring(loop);
+  auto it = home_releases_.find(&loop);
+  if (!early_home_release_enabled() || it == home_releases_.end() || !pipe || !pipe->first_dot || !ring ||
+      !ring->split || !producer_serves(loop))
+    return homes;
+  std::function<bool(const ir::Inst&, ir::ValueId)> read_elsewhere = [&](const ir::Inst& in, ir::ValueId v) {
+    for (const ir::Region& r : in.regions)
+      for (const ir::Inst& sub : r.body) {
+        if (&sub == pipe->first_dot) continue;
+        bool reads = std::find(sub.operands.begin(), sub.operands.end(), v) != sub.operands.end();
+        if (sub.op == ir::Op::Dot) {
+          const DotOperands o = dot_operands(sub);
+          reads = reads || o.a == v || o.b == v;
+        }
+        if (reads || read_elsewhere(sub, v)) return true;
+      }
+    return false;
+  };
+  for (int h : it->second) {
+    const ir::ValueId v = home_loads_[static_cast<size_t>(h)]->results[0];
+    const DotOperands first = dot_operands(*pipe->first_dot);
+    if ((first.a == v || first.b == v) && !read_elsewhere(loop, v)) homes.push_back(h);
+  }
+  return homes;
+}
+
+// Each consumer warp gives the loop's early homes back where `condition` holds (its first dots
+// retired by the caller).
+void Emitter::emit_early_home_release(const ir::Inst& loop, const std::string& condition) {
+  const std::vector<int> homes = early_home_releases(loop);
+  if (homes.empty()) return;
+  open("if (" + condition + ")");
+  line("__syncwarp();");
+  for (int h : homes) line("if (pl_lane() == 0) pl_mbar_arrive(pl_home_empty" + std::to_string(h) + ");");
+  close();
 }
 
 // A pipelined attention loop (first dot a round ahead) is pipelined at two stages only where the
@@ -439,6 +498,7 @@ void Emitter::emit_consumer_release(const ir::Inst& loop) {
     open("if (" + i + " + 1 < " + name(loop.operands[1]) + "[0])");
     emit_slot_release(loop, 0, i + " + 1");
     close();
+    emit_early_home_release(loop, i + " + 2 == " + name(loop.operands[1]) + "[0]");  // the last q k^T retired
   }
   open("if (" + i + " > " + lo + ")");
   emit_slot_release(loop, split ? 1 : 0, i + " - 1");

@@ -346,6 +346,11 @@ class Emitter {
   std::optional<std::vector<const ir::Inst*>> ring_loops_along_fastest() const;
   void emit_producer_homes();                  // in the producer's program, before its rounds
   void emit_home_release(const ir::Inst& in);  // in the consumers', after a top-level instruction
+  // Homes that a split pipelined loop reads only through its first dot go back once the last
+  // first dot is retired (emit_producer.cc): where the loop runs two or more iterations at the
+  // end of iteration hi - 2, one iteration at the prologue, none after the loop.
+  std::vector<int> early_home_releases(const ir::Inst& loop) const;
+  void emit_early_home_release(const ir::Inst& loop, const std::string& condition);
   std::map<const ir::Inst*, TmaRing> tma_rings_;  // by loop
   // Who issues a loop's prefetch rounds, and where (choose_tma, choose_producer):
   //  AtLoads       thread 0 at the iteration's first prefetched load, past the wait's barrier;
