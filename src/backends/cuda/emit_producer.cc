@@ -199,7 +199,8 @@ void Emitter::assign_producer() {
 // The producer loads the TMA homes too where it can compute their loads (their indices and refs'
 // origins from program ids and constants) and each stands at the top level: a persistent block's
 // next program then finds its home (the attention forward's q block) loaded while the consumers
-// finish the previous one. Each home goes back after the last top-level instruction reading it.
+// finish the previous one. Each home goes back after the last top-level instruction reading it
+// (or inside it: early_home_releases).
 void Emitter::choose_producer_homes(const std::set<ir::ValueId>& known) {
   if (tma_homes_.empty()) return;
   const std::vector<ir::Inst>& top = k_.body.body;

@@ -333,7 +333,8 @@ class Emitter {
   void emit_tma_home_waits(const ir::Inst& loop);
   // Homes the producer loads (emit_producer.cc, choose_producer_homes): each program's copy goes
   // out from the producer once the consumers gave back the previous program's home, on
-  // pl_home_empty<index>, after the last top-level instruction reading it (home_releases_); the
+  // pl_home_empty<index>, after the last top-level instruction reading it (home_releases_), or
+  // inside it where a pipelined loop reads it only through its first dot (early_home_releases); the
   // waits on pl_home_bar<index> take the parity pl_home_phase, a program count's low bit. This is
   // what lets such a kernel (the attention forward, its q block a home) run persistently.
   bool producer_homes_ = false;
