@@ -52,7 +52,6 @@
 // 33 job 1).
 #include <algorithm>
 #include <cstdlib>
-#include <functional>
 
 #include "backends/cuda/emitter.h"
 
@@ -201,6 +200,21 @@ void Emitter::assign_producer() {
 // next program then finds its home (the attention forward's q block) loaded while the consumers
 // finish the previous one. Each home goes back after the last top-level instruction reading it
 // (or inside it: early_home_releases).
+// Whether `in` or an instruction nested in it reads v (an operand, or a dot's operand tile), not
+// counting `skip` (and what it holds).
+bool Emitter::reads_value(const ir::Inst& in, ir::ValueId v, const ir::Inst* skip) const {
+  if (&in == skip) return false;
+  if (std::find(in.operands.begin(), in.operands.end(), v) != in.operands.end()) return true;
+  if (in.op == ir::Op::Dot) {
+    const DotOperands o = dot_operands(in);
+    if (o.a == v || o.b == v) return true;
+  }
+  for (const ir::Region& r : in.regions)
+    for (const ir::Inst& sub : r.body)
+      if (reads_value(sub, v, skip)) return true;
+  return false;
+}
+
 void Emitter::choose_producer_homes(const std::set<ir::ValueId>& known) {
   if (tma_homes_.empty()) return;
   const std::vector<ir::Inst>& top = k_.body.body;
@@ -215,21 +229,10 @@ void Emitter::choose_producer_homes(const std::set<ir::ValueId>& known) {
     for (ir::ValueId o : k_.refs.at(static_cast<size_t>(load->i0)).origin)
       if (!known.count(o)) return;
   }
-  std::function<bool(const ir::Inst&, ir::ValueId)> reads = [&](const ir::Inst& in, ir::ValueId v) {
-    if (std::find(in.operands.begin(), in.operands.end(), v) != in.operands.end()) return true;
-    if (in.op == ir::Op::Dot) {
-      const DotOperands o = dot_operands(in);
-      if (o.a == v || o.b == v) return true;
-    }
-    for (const ir::Region& r : in.regions)
-      for (const ir::Inst& sub : r.body)
-        if (reads(sub, v)) return true;
-    return false;
-  };
   for (const auto& [v, index] : tma_homes_) {
     const ir::Inst* last = home_loads_[static_cast<size_t>(index)];
     for (const ir::Inst& in : top)
-      if (reads(in, v)) last = std::max(last, &in);
+      if (reads_value(in, v)) last = std::max(last, &in);
     home_releases_[last].push_back(index);
   }
   producer_homes_ = true;
@@ -349,23 +352,9 @@ std::vector<int> Emitter::early_home_releases(const ir::Inst& loop) const {
   if (!early_home_release_enabled() || it == home_releases_.end() || !pipe || !pipe->first_dot || !ring ||
       !ring->split || !producer_serves(loop))
     return homes;
-  std::function<bool(const ir::Inst&, ir::ValueId)> read_elsewhere = [&](const ir::Inst& in, ir::ValueId v) {
-    for (const ir::Region& r : in.regions)
-      for (const ir::Inst& sub : r.body) {
-        if (&sub == pipe->first_dot) continue;
-        bool reads = std::find(sub.operands.begin(), sub.operands.end(), v) != sub.operands.end();
-        if (sub.op == ir::Op::Dot) {
-          const DotOperands o = dot_operands(sub);
-          reads = reads || o.a == v || o.b == v;
-        }
-        if (reads || read_elsewhere(sub, v)) return true;
-      }
-    return false;
-  };
   for (int h : it->second) {
     const ir::ValueId v = home_loads_[static_cast<size_t>(h)]->results[0];
-    const DotOperands first = dot_operands(*pipe->first_dot);
-    if ((first.a == v || first.b == v) && !read_elsewhere(loop, v)) homes.push_back(h);
+    if (reads_value(*pipe->first_dot, v) && !reads_value(loop, v, pipe->first_dot)) homes.push_back(h);
   }
   return homes;
 }

@@ -341,6 +341,7 @@ class Emitter {
   std::vector<const ir::Inst*> home_loads_;                           // top-level loads, by home index
   std::map<const ir::Inst*, std::vector<int>> home_releases_;         // top-level inst -> homes freed after it
   void choose_producer_homes(const std::set<ir::ValueId>& known);
+  bool reads_value(const ir::Inst& in, ir::ValueId v, const ir::Inst* skip = nullptr) const;
   bool runs_alike(const ir::Inst& loop) const;  // its bounds are free of program ids
   bool persistent_eligible() const;             // a producer kernel whose programs may share a block
   int64_t balance_length() const;               // GeneratedKernel::balance_length
