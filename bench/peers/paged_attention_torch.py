@@ -1,4 +1,4 @@
-"""The paged-attention benchmark's peer (bench/cuda_bench.cc `paged`): the same decode problem in
+"""The paged-attention benchmark's peer (cuda_bench `paged`, bench/cuda/attention.cc): the same decode problem in
 PyTorch, which has no paged kernel: gather each sequence's pages, then scaled_dot_product_attention
 with a length mask, timed with triton.testing.do_bench; a ROW line like cuda_bench's."""
 import torch
