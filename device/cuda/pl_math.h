@@ -67,6 +67,19 @@ PL_DEVICE float pl_scaled_log2e(float b) {
   const float t = b * 1.4426950408889634f;
   return isinf(t) ? copysignf(3.402823466e38f, t) : t;  // NaN stays NaN
 }
+// The factor k and offset bt of one row of a lazily scaled select's softmax exp (lazy_scale.cc,
+// emit_elementwise.cc), exp(x (unscaled ? c : 1) - b) = exp2(fma(x, k, -bt)): where the flag holds
+// (nothing in the block masked) k = c log2e, bt = b log2e, the unmasked softmax's form; in the
+// mixed blocks k = log2e, except in a row whose max b is past FLT_MAX / log2e (a wholly masked
+// row's, the seed's mask value -0.7 FLT_MAX): there every x <= b differs from b by 0 or by at least
+// 2^104 (b's ulp), so k = 1, bt = b gives exp2(x - b) = exp(x - b) exactly, 1 or 0, as the
+// interpreter has it.
+PL_DEVICE void pl_lazy_exp2_row(float b, bool unscaled, float c_log2e, float& k, float& bt) {
+  const float t = b * 1.4426950408889634f;
+  const bool beyond = !unscaled && isinf(t);
+  k = unscaled ? c_log2e : beyond ? 1.0f : 1.4426950408889634f;
+  bt = beyond ? b : isinf(t) ? copysignf(3.402823466e38f, t) : t;
+}
 PL_DEVICE float pl_fast_log(float x) { return pl_fast_log2(x) * 0.6931471805599453f; }
 PL_DEVICE float pl_fast_logistic(float x) { return 1.0f / (1.0f + pl_fast_exp(-x)); }
 PL_DEVICE double pl_logistic(double x) { return 1.0 / (1.0 + exp(-x)); }

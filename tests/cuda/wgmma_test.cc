@@ -222,7 +222,9 @@ TEST(CudaWgmma, PipelinedAttentionLoop) {
 // -m)) with PALLADIUM_CUDA_EXP2_FOLD=0), and the row max reads
 // it too, scaled once per row after the reduction; so no multiply by the scale remains per score.
 // Causal, the mask's select reads the scaled scores; they stay unscaled in blocks below the
-// diagonal, and the max and exp(fma(s, flag ? scale : 1, -m)) take the scale there (lazy_scale.cc).
+// diagonal, and the max and the exp take the scale there (lazy_scale.cc): the exp2 form in every
+// block, the factor and the row's max times log2(e) chosen once a row (pl_lazy_exp2_row), or
+// exp(fma(s, flag ? scale : 1, -m)) with PALLADIUM_CUDA_LAZY_EXP2=0 or PALLADIUM_CUDA_EXP2_FOLD=0.
 // With PALLADIUM_CUDA_FOLD_SCALE=0 none of this. Segment ids mask whole blocks of some rows
 // (their max is then the mask value, -0.7 FLT_MAX): still exp(0) = 1 there, not the NaN of a max
 // scaled by log2(e) past FLT_MAX. Each against float64.
@@ -235,15 +237,18 @@ TEST(CudaWgmma, SoftmaxScaleFoldsIntoAnFma) {
     return std::string(buf);
   };
   int index = 0;
-  enum class Fold { exp2, fma, off };
-  for (Fold fold : {Fold::exp2, Fold::fma, Fold::off})
+  enum class Fold { exp2, exp2_one_lazy_form, fma, off };
+  for (Fold fold : {Fold::exp2, Fold::exp2_one_lazy_form, Fold::fma, Fold::off})
     for (bool causal : {false, true}) {
-      SCOPED_TRACE(std::string(fold == Fold::exp2  ? "exp2 folded"
-                               : fold == Fold::fma ? "PALLADIUM_CUDA_EXP2_FOLD=0"
-                                                   : "PALLADIUM_CUDA_FOLD_SCALE=0") +
+      if (fold == Fold::exp2_one_lazy_form && !causal) continue;  // the same kernel as Fold::exp2
+      SCOPED_TRACE(std::string(fold == Fold::exp2                 ? "exp2 folded"
+                               : fold == Fold::exp2_one_lazy_form ? "PALLADIUM_CUDA_LAZY_EXP2=0"
+                               : fold == Fold::fma                ? "PALLADIUM_CUDA_EXP2_FOLD=0"
+                                                                  : "PALLADIUM_CUDA_FOLD_SCALE=0") +
                    (causal ? ", causal" : ""));
       test_support::ScopedEnv env{"PALLADIUM_CUDA_FOLD_SCALE", fold == Fold::off ? "0" : "1"};
-      test_support::ScopedEnv exp2{"PALLADIUM_CUDA_EXP2_FOLD", fold == Fold::exp2 ? "1" : "0"};
+      test_support::ScopedEnv exp2{"PALLADIUM_CUDA_EXP2_FOLD", fold == Fold::fma ? "0" : "1"};
+      test_support::ScopedEnv lazy_exp2_env{"PALLADIUM_CUDA_LAZY_EXP2", fold == Fold::exp2_one_lazy_form ? "0" : "1"};
       const float scale = 0.1201f + 0.0001f * static_cast<float>(index);  // one pallas_call per variant
       const std::string source = checked_attention_source(
           "mha_forward", {1, 512, 2, 64}, 91 + 4 * static_cast<uint64_t>(index++),
@@ -252,15 +257,19 @@ TEST(CudaWgmma, SoftmaxScaleFoldsIntoAnFma) {
       const std::string body = first_loop(source);
       ASSERT_FALSE(body.empty());
       const bool folded = fold != Fold::off && !causal;
+      // Causal: the scores stay unscaled in the blocks below the diagonal (lazy_scale.cc).
+      const bool lazy = causal && fold != Fold::off;
+      const bool lazy_exp2 = lazy && fold == Fold::exp2;
       const std::string scale_log2e = hex(static_cast<float>(static_cast<double>(scale) * 1.4426950408889634));
-      EXPECT_EQ(body.find("pl_fast_exp2(fmaf(") != std::string::npos, folded && fold == Fold::exp2);
+      EXPECT_EQ(body.find("pl_fast_exp2(fmaf(") != std::string::npos, (folded && fold == Fold::exp2) || lazy_exp2);
       EXPECT_EQ(body.find(", " + scale_log2e + ", -pl_scaled_log2e(") != std::string::npos, folded && fold == Fold::exp2);
       EXPECT_EQ(body.find(", " + hex(scale) + ", -") != std::string::npos, folded && fold == Fold::fma);
       EXPECT_EQ(body.find("= acc * " + hex(scale) + ";") != std::string::npos, folded);
-      // Causal: the scores stay unscaled in the blocks below the diagonal (lazy_scale.cc).
-      const bool lazy = causal && fold != Fold::off;
-      EXPECT_EQ(body.find("pl_fast_exp(fmaf(") != std::string::npos, (folded && fold == Fold::fma) || lazy);
-      EXPECT_EQ(body.find(" ? " + hex(scale) + " : 1.0f, -") != std::string::npos, lazy);
+      EXPECT_EQ(body.find("pl_fast_exp(fmaf(") != std::string::npos, (folded && fold == Fold::fma) || (lazy && !lazy_exp2));
+      EXPECT_EQ(body.find(" ? " + hex(scale) + " : 1.0f, -") != std::string::npos, lazy && !lazy_exp2);
+      EXPECT_EQ(body.find("pl_lazy_exp2_row(") != std::string::npos, lazy_exp2);
+      EXPECT_EQ(body.find(", pl_unscaled") != std::string::npos && body.find(", " + scale_log2e + ", pl_k") != std::string::npos,
+                lazy_exp2);
       EXPECT_EQ(body.find(" ? acc * " + hex(scale) + " : acc;") != std::string::npos, lazy);
     }
   // Rows 80-127 of each sequence see keys 80-127 only: the first key block is wholly masked for them.
@@ -305,6 +314,9 @@ TEST(CudaWgmma, MaskedScoresStayUnscaledWhereTheMaskHolds) {
     const std::string source = sources.source("lazy_scale");
     ASSERT_FALSE(source.empty()) << "no generated source in " << sources.dir();
     EXPECT_EQ(source.find("const bool pl_unscaled") != std::string::npos, fold);
+    // The exp2 form, its factors chosen once a row (pl_lazy_exp2_row): exact for the wholly
+    // masked rows below too.
+    EXPECT_EQ(source.find("pl_lazy_exp2_row(") != std::string::npos, fold);
     char factor[64];
     std::snprintf(factor, sizeof factor, " ? acc * __int_as_float(0x%08x) : acc;", std::bit_cast<uint32_t>(scale));
     EXPECT_EQ(source.find(factor) != std::string::npos, fold);

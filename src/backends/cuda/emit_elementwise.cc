@@ -244,7 +244,8 @@ std::optional<std::pair<ir::ValueId, ir::ValueId>> Emitter::exp_of_difference(co
 }
 
 std::optional<Emitter::Scaled> Emitter::scaled_value(ir::ValueId v) const {
-  if (const auto lazy = lazy_scaled_.find(v); lazy != lazy_scaled_.end()) return Scaled{v, lazy->second.c, lazy->second.flag};
+  if (const auto lazy = lazy_scaled_.find(v); lazy != lazy_scaled_.end())
+    return Scaled{v, lazy->second.c, lazy->second.flag, lazy->second.exp2_rows};
   ir::ValueId x = v;
   if (const std::optional<double> c = constant_factor(v, &x)) return Scaled{x, *c, ""};
   return std::nullopt;
@@ -263,19 +264,42 @@ std::optional<Emitter::ScaledExp> Emitter::scaled_exp(const ir::Inst& in) const 
   return ScaledExp{*a, d->second};
 }
 
-// A lazily scaled select's exp keeps the subtraction exact in its mixed blocks (fma(s, 1, -b)),
-// so it takes stop 38's form; the exp2 form's b log2e rounding would not cancel there.
+// A lazily scaled select's exp: exp(fma(s, flag ? c : 1, -b)) kept the subtraction exact in the
+// mixed blocks, but its fast exp multiplies by log2(e) once more, 64 FMULs a thread and iteration
+// in the causal forward's loop (Nsight Compute, stop 50 job 56: the head_dim 64 loop issued 501
+// instructions a warp and iteration, 100 of them FMUL). Where b is a row vector broadcast over the
+// scores' mma rows, the exp2 form's factor and b log2(e) are chosen once a row
+// (pl_lazy_exp2_row, pl_math.h: exact for a wholly masked row's max) and each score is one FFMA
+// and the exp2 unit. Chosen per score instead (the same helper inlined into the score loop), the
+// rows' work was not shared between their scores and the producer kernels ran 20-40% slower (stop
+// 50 job 57). Not in a loop whose dots hold more than 128 accumulator registers a thread
+// (find_lazy_scales): there the rows' factors tipped the head_dim 128 backward (192) into an
+// injected wgmma wait (C7517). PALLADIUM_CUDA_LAZY_EXP2=0 keeps the old form everywhere; so does
+// PALLADIUM_CUDA_EXP2_FOLD=0.
 void Emitter::emit_scaled_exp(const ir::Inst& in, const ScaledExp& f) {
   const ir::ValueId r = in.results[0];
+  const std::string c = literal(DType::float32, f.a.c, 0), c_log2e = literal(DType::float32, f.a.c * 1.4426950408889634, 0);
+  const ir::Inst* b_def = def(f.b);
+  const std::string row = b_def && f.a.exp2_rows && exp2_fold_enabled() ? mma_row_slot(*b_def) : "";
+  if (!row.empty()) {
+    const ir::ValueId b = b_def->operands[0];
+    const std::string k = "pl_k" + std::to_string(r), bt = "pl_bt" + std::to_string(r);
+    const std::string rows = std::to_string(layout_of(b).slots);
+    line("float " + k + "[" + rows + "], " + bt + "[" + rows + "];");
+    open_slots(layout_of(b));
+    line("pl_lazy_exp2_row(" + at(b) + ", " + f.a.flag + ", " + c_log2e + ", " + k + "[s], " + bt + "[s]);");
+    close();
+  }
   declare(r);
   open_slots(layout_of(r));
-  if (f.a.flag.empty() && exp2_fold_enabled())
-    line(at(r) + " = pl_fast_exp2(fmaf(" + at(f.a.x) + ", " + literal(DType::float32, f.a.c * 1.4426950408889634, 0) +
-         ", -pl_scaled_log2e(" + at(f.b) + ")));");
-  else
+  if (!row.empty())
+    line(at(r) + " = pl_fast_exp2(fmaf(" + at(f.a.x) + ", pl_k" + std::to_string(r) + "[" + row + "], -pl_bt" +
+         std::to_string(r) + "[" + row + "]));");
+  else if (!exp2_fold_enabled() || !f.a.flag.empty())
     line(at(r) + " = " + fast_float_unary(ir::Op::Exp, "fmaf(" + at(f.a.x) + ", " +
-                                           (f.a.flag.empty() ? "" : f.a.flag + " ? ") + literal(DType::float32, f.a.c, 0) +
-                                           (f.a.flag.empty() ? "" : " : 1.0f") + ", -" + at(f.b) + ")") + ";");
+                                           (f.a.flag.empty() ? c : f.a.flag + " ? " + c + " : 1.0f") + ", -" + at(f.b) + ")") + ";");
+  else
+    line(at(r) + " = pl_fast_exp2(fmaf(" + at(f.a.x) + ", " + c_log2e + ", -pl_scaled_log2e(" + at(f.b) + ")));");
   close();
 }
 

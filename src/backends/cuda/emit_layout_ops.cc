@@ -102,6 +102,16 @@ bool same_order(const Layout& rl, const Layout& xl) {
 
 }  // namespace
 
+std::string Emitter::mma_row_slot(const ir::Inst& broadcast) const {
+  if (broadcast.op != ir::Op::Broadcast) return "";
+  const Layout& rl = layout_of(broadcast.results[0]);
+  const Layout& xl = layout_of(broadcast.operands[0]);
+  if (xl.kind != LayoutKind::RowSlice || rl.kind != LayoutKind::Mma || broadcast.ints[0] != 0 || rl.warps_n != 1 ||
+      rl.warps_m != xl.warps_m || rl.shape[0] != xl.shape[0])
+    return "";
+  return "((s >> 2) / " + std::to_string(rl.tiles_n) + ") * 2 + ((s >> 1) & 1)";
+}
+
 void Emitter::emit_broadcast(const ir::Inst& in) {
   const ir::ValueId r = in.results[0], x = in.operands[0];
   const Layout& rl = layout_of(r);
@@ -132,11 +142,10 @@ void Emitter::emit_broadcast(const ir::Inst& in) {
     return;
   }
   // Rows of an mma accumulator layout: each thread already holds the rows it needs.
-  if (xl.kind == LayoutKind::RowSlice && rl.kind == LayoutKind::Mma && in.ints[0] == 0 && rl.warps_n == 1 &&
-      rl.warps_m == xl.warps_m && rl.shape[0] == xl.shape[0]) {
+  if (const std::string row = mma_row_slot(in); !row.empty()) {
     declare(r);
     open_slots(rl);
-    line(at(r) + " = " + name(x) + "[((s >> 2) / " + std::to_string(rl.tiles_n) + ") * 2 + ((s >> 1) & 1)];");
+    line(at(r) + " = " + name(x) + "[" + row + "];");
     close();
     return;
   }

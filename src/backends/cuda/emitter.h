@@ -164,7 +164,8 @@ class Emitter {
   struct Scaled {
     ir::ValueId x;
     double c;
-    std::string flag;  // "" where c always applies
+    std::string flag;         // "" where c always applies
+    bool exp2_rows = false;   // a flagged exp takes the exp2 form, its factors chosen once a row
   };
   std::optional<Scaled> scaled_value(ir::ValueId v) const;
   std::string scaled_by(const Scaled& s, const std::string& v) const;  // v * c, or flag ? v * c : v
@@ -202,11 +203,15 @@ class Emitter {
     ir::ValueId unscaled;
     double c;
     std::string flag;
+    bool exp2_rows;  // see emit_scaled_exp
   };
   std::map<ir::ValueId, LazyScale> lazy_scaled_;
   std::set<const ir::Inst*> lazy_muls_;  // their x * c, computed in the mixed branch only
   void find_lazy_scales();
   std::set<ir::ValueId> deferred_index_;
+  // The slot of the row vector that slot `s` of a RowSlice -> Mma broadcast reads (C++ text over
+  // s), or "" where the broadcast is not of that form.
+  std::string mma_row_slot(const ir::Inst& broadcast) const;
   void emit_broadcast(const ir::Inst& in);            // emit_layout_ops.cc
   void emit_reshape(const ir::Inst& in);
   void emit_transpose(const ir::Inst& in);

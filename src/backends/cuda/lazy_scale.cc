@@ -16,6 +16,7 @@
 // d64 128 x 64 within noise. Job 3: forward+backward causal d64 s2048 1.486 against 1.557, s8192
 // 5.128 against 5.253.
 #include <cstdlib>
+#include <functional>
 
 #include "backends/cuda/emitter.h"
 
@@ -24,6 +25,38 @@ namespace palladium::cuda {
 void Emitter::find_lazy_scales() {
   const char* env = std::getenv("PALLADIUM_CUDA_LAZY_SCALE");
   if (env && std::string(env) == "0") return;
+  const char* exp2_env = std::getenv("PALLADIUM_CUDA_LAZY_EXP2");
+  const bool exp2_rows = !(exp2_env && std::string(exp2_env) == "0");
+  // The accumulator registers a thread of the innermost loop holding `s` (else of the kernel): its
+  // tensor-core dots' results (emit_scaled_exp takes the exp2 form up to 128 of them).
+  auto loop_accumulators = [&](const ir::Inst* s) {
+    const ir::Inst* innermost = nullptr;
+    std::function<bool(const ir::Region&, const ir::Inst*)> find = [&](const ir::Region& region, const ir::Inst* owner) {
+      for (const ir::Inst& in : region.body) {
+        if (&in == s) {
+          innermost = owner;
+          return true;
+        }
+        const bool loop = in.op == ir::Op::For || in.op == ir::Op::While;
+        for (const ir::Region& sub : in.regions)
+          if (find(sub, loop ? &in : owner)) return true;
+      }
+      return false;
+    };
+    find(k_.body, nullptr);
+    int64_t slots = 0;
+    std::function<void(const ir::Region&)> count = [&](const ir::Region& region) {
+      for (const ir::Inst& in : region.body) {
+        if (in.op == ir::Op::Dot && layout_of(in.results[0]).kind == LayoutKind::Mma) slots += layout_of(in.results[0]).slots;
+        for (const ir::Region& sub : in.regions) count(sub);
+      }
+    };
+    if (innermost)
+      for (const ir::Region& region : innermost->regions) count(region);
+    else
+      count(k_.body);
+    return slots;
+  };
   // Not in an unpipelined loop whose warpgroups take turns at the dots (the causal forward at
   // head_dim 128, blocks 128 x 128): there it ran 10-14% slower (H100, stop 39 job 3), where the
   // pipelined loops ran 3-10% faster; and again 8-13% slower on an H200 (stop 47 job 42, s2048
@@ -65,7 +98,7 @@ void Emitter::find_lazy_scales() {
       readers_fold = readers_fold && exp_reader;
     }
     if (!readers_fold) continue;
-    lazy_scaled_[r] = LazyScale{x, *c, "pl_unscaled" + std::to_string(r)};
+    lazy_scaled_[r] = LazyScale{x, *c, "pl_unscaled" + std::to_string(r), exp2_rows && loop_accumulators(s) <= 128};
     lazy_muls_.insert(def(scaled));
   }
 }
