@@ -44,6 +44,8 @@ namespace jnp = palladium::jnp;
 
 namespace pl_bench {
 
+using Clock = std::chrono::steady_clock;
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];

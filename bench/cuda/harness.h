@@ -2,20 +2,15 @@
 // (defined in bench/cuda_bench.cc), and the attention benchmarks (bench/cuda/attention.cc).
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
-#include <vector>
 
 #include <palladium/device.h>
 #include <palladium/palladium.h>
 
 namespace pl_bench {
 
-using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v);
 // Device time of `launch` (one pallas_call): the median over `iters` of the event-timed launch.
 double kernel_ms(const std::function<void()>& launch, int warmup, int iters);
 // Device time of arbitrary queued work, by events around `iters` repetitions, median of 5.

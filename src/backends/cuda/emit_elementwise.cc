@@ -281,9 +281,9 @@ void Emitter::emit_scaled_exp(const ir::Inst& in, const ScaledExp& f) {
   const std::string c = literal(DType::float32, f.a.c, 0), c_log2e = literal(DType::float32, f.a.c * 1.4426950408889634, 0);
   const ir::Inst* b_def = def(f.b);
   const std::string row = b_def && f.a.exp2_rows && exp2_fold_enabled() ? mma_row_slot(*b_def) : "";
+  const std::string k = "pl_k" + std::to_string(r), bt = "pl_bt" + std::to_string(r);
   if (!row.empty()) {
     const ir::ValueId b = b_def->operands[0];
-    const std::string k = "pl_k" + std::to_string(r), bt = "pl_bt" + std::to_string(r);
     const std::string rows = std::to_string(layout_of(b).slots);
     line("float " + k + "[" + rows + "], " + bt + "[" + rows + "];");
     open_slots(layout_of(b));
@@ -293,8 +293,7 @@ void Emitter::emit_scaled_exp(const ir::Inst& in, const ScaledExp& f) {
   declare(r);
   open_slots(layout_of(r));
   if (!row.empty())
-    line(at(r) + " = pl_fast_exp2(fmaf(" + at(f.a.x) + ", pl_k" + std::to_string(r) + "[" + row + "], -pl_bt" +
-         std::to_string(r) + "[" + row + "]));");
+    line(at(r) + " = pl_fast_exp2(fmaf(" + at(f.a.x) + ", " + k + "[" + row + "], -" + bt + "[" + row + "]));");
   else if (!exp2_fold_enabled() || !f.a.flag.empty())
     line(at(r) + " = " + fast_float_unary(ir::Op::Exp, "fmaf(" + at(f.a.x) + ", " +
                                            (f.a.flag.empty() ? c : f.a.flag + " ? " + c + " : 1.0f") + ", -" + at(f.b) + ")") + ";");

@@ -100,6 +100,15 @@ void Emitter::barrier() {
   line(producer_warps_ > 0 ? "pl_consumer_barrier<" + std::to_string(threads_) + ">();" : "__syncthreads();");
 }
 
+int64_t Emitter::accumulator_slots(const ir::Region& region) const {
+  int64_t slots = 0;
+  for (const ir::Inst& in : region.body) {
+    if (in.op == ir::Op::Dot && layout_of(in.results[0]).kind == LayoutKind::Mma) slots += layout_of(in.results[0]).slots;
+    for (const ir::Region& sub : in.regions) slots += accumulator_slots(sub);
+  }
+  return slots;
+}
+
 void Emitter::declare(ir::ValueId v) {
   if (skip_registers.count(v) || in_place_.count(v)) return;
   const ir::Type& t = type(v);
@@ -518,14 +527,7 @@ GeneratedKernel Emitter::run() {
   // a barrier then has another to overlap with), 1 otherwise. PALLADIUM_CUDA_MIN_BLOCKS overrides.
   // The estimate: the tensor-core dots' accumulators (all live at once, as in a loop carrying
   // them) plus the largest dot's fragments.
-  int64_t reg_estimate = max_fragment_regs_ + 16;
-  std::function<void(const ir::Region&)> count = [&](const ir::Region& r) {
-    for (const ir::Inst& in : r.body) {
-      if (in.op == ir::Op::Dot && layout_of(in.results[0]).kind == LayoutKind::Mma) reg_estimate += layout_of(in.results[0]).slots;
-      for (const ir::Region& sub : in.regions) count(sub);
-    }
-  };
-  count(k_.body);
+  const int64_t reg_estimate = max_fragment_regs_ + 16 + accumulator_slots(k_.body);
   int min_blocks = max_fragment_regs_ > 0 && reg_estimate <= 120 ? 2 : 1;
   // Warp-specialised kernels run one program per multiprocessor (their loops are the pipelined
   // ones, whose shared memory already allows no second), so the registers go to that one.

@@ -212,6 +212,8 @@ class Emitter {
   // The slot of the row vector that slot `s` of a RowSlice -> Mma broadcast reads (C++ text over
   // s), or "" where the broadcast is not of that form.
   std::string mma_row_slot(const ir::Inst& broadcast) const;
+  // The registers a thread that the tensor-core dots in `region` (nested ones too) accumulate in.
+  int64_t accumulator_slots(const ir::Region& region) const;
   void emit_broadcast(const ir::Inst& in);            // emit_layout_ops.cc
   void emit_reshape(const ir::Inst& in);
   void emit_transpose(const ir::Inst& in);

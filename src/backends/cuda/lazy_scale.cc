@@ -27,34 +27,23 @@ void Emitter::find_lazy_scales() {
   if (env && std::string(env) == "0") return;
   const char* exp2_env = std::getenv("PALLADIUM_CUDA_LAZY_EXP2");
   const bool exp2_rows = !(exp2_env && std::string(exp2_env) == "0");
-  // The accumulator registers a thread of the innermost loop holding `s` (else of the kernel): its
-  // tensor-core dots' results (emit_scaled_exp takes the exp2 form up to 128 of them).
+  // The accumulator registers a thread of the innermost loop holding `s`, else of the kernel
+  // (emit_scaled_exp takes the exp2 form up to 128 of them).
+  std::function<const ir::Inst*(const ir::Region&, const ir::Inst*, const ir::Inst*)> loop_of =
+      [&](const ir::Region& region, const ir::Inst* loop, const ir::Inst* s) -> const ir::Inst* {
+    for (const ir::Inst& in : region.body) {
+      if (&in == s) return loop;
+      const ir::Inst* inner = in.op == ir::Op::For || in.op == ir::Op::While ? &in : loop;
+      for (const ir::Region& sub : in.regions)
+        if (const ir::Inst* found = loop_of(sub, inner, s)) return found;
+    }
+    return nullptr;
+  };
   auto loop_accumulators = [&](const ir::Inst* s) {
-    const ir::Inst* innermost = nullptr;
-    std::function<bool(const ir::Region&, const ir::Inst*)> find = [&](const ir::Region& region, const ir::Inst* owner) {
-      for (const ir::Inst& in : region.body) {
-        if (&in == s) {
-          innermost = owner;
-          return true;
-        }
-        const bool loop = in.op == ir::Op::For || in.op == ir::Op::While;
-        for (const ir::Region& sub : in.regions)
-          if (find(sub, loop ? &in : owner)) return true;
-      }
-      return false;
-    };
-    find(k_.body, nullptr);
+    const ir::Inst* loop = loop_of(k_.body, nullptr, s);
+    if (!loop) return accumulator_slots(k_.body);
     int64_t slots = 0;
-    std::function<void(const ir::Region&)> count = [&](const ir::Region& region) {
-      for (const ir::Inst& in : region.body) {
-        if (in.op == ir::Op::Dot && layout_of(in.results[0]).kind == LayoutKind::Mma) slots += layout_of(in.results[0]).slots;
-        for (const ir::Region& sub : in.regions) count(sub);
-      }
-    };
-    if (innermost)
-      for (const ir::Region& region : innermost->regions) count(region);
-    else
-      count(k_.body);
+    for (const ir::Region& region : loop->regions) slots += accumulator_slots(region);
     return slots;
   };
   // Not in an unpipelined loop whose warpgroups take turns at the dots (the causal forward at
