@@ -376,38 +376,72 @@ __attribute__((target_clones("avx512f", "arch=haswell", "default"))) void exp_no
 }
 
 // What framework CPU attention does: S = q k^T (sgemm), a vectorised row softmax, O = P v (sgemm),
-// S kept whole in memory. OpenBLAS uses the pool's thread count; the softmax rows are split over it.
-void BM_AttentionOpenBLAS(benchmark::State& st) {
+// S kept whole in memory. range(0) picks how the threads share it:
+//   0  OpenBLAS threads each sgemm over the pool's thread count, the softmax rows split over as many
+//      std::threads (the form of stops 41-52);
+//   1  each thread takes a slice of the query rows and runs all three steps on it with a
+//      one-thread OpenBLAS, as a framework's intra-op pool does.
+// Form 0 leaves OpenBLAS's workers spinning after each sgemm (they wait about 2^28 cycles before
+// sleeping), so at 2 threads on 2 cores the softmax's threads shared the cores with them: 7.1 ms
+// against 4.7 ms with OPENBLAS_THREAD_TIMEOUT=4 on the stop-54 Xeon. The summary takes the faster form.
+struct BlasAttention {
   AttentionInputs in;
-  openblas_set_num_threads(threads());
-  const float *q = in.q.data_as<float>(), *k = in.k.data_as<float>(), *v = in.v.data_as<float>();
-  std::vector<float> s(static_cast<size_t>(kSeq * kSeq)), sums(kSeq), out(static_cast<size_t>(kSeq * kHeadDim));
-  auto softmax = [&](int64_t i0, int64_t i1) {
+  bool sliced;
+  std::vector<float> s = std::vector<float>(static_cast<size_t>(kSeq * kSeq)), sums = std::vector<float>(kSeq),
+                     out = std::vector<float>(static_cast<size_t>(kSeq * kHeadDim));
+  explicit BlasAttention(bool row_slices) : sliced(row_slices) {}
+
+  void softmax(int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       float* row = s.data() + i * kSeq;
       const float m = *std::max_element(row, row + kSeq);
       for (int64_t j = 0; j < kSeq; ++j) row[j] -= m;
       exp_nonpositive(row, kSeq, &sums[static_cast<size_t>(i)]);
     }
-  };
-  auto run = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kSeq, kSeq, kHeadDim, kScale, q, kHeadDim, k, kHeadDim, 0.0f,
-                s.data(), kSeq);
-    if (threads() > 1) parallel_for(kSeq, softmax);
-    else softmax(0, kSeq);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kSeq, kHeadDim, kSeq, 1.0f, s.data(), kSeq, v, kHeadDim, 0.0f,
-                out.data(), kHeadDim);
-    for (int64_t i = 0; i < kSeq; ++i)
+  }
+  void scores(int64_t i0, int64_t i1) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(i1 - i0), kSeq, kHeadDim, kScale,
+                in.q.data_as<float>() + i0 * kHeadDim, kHeadDim, in.k.data_as<float>(), kHeadDim, 0.0f,
+                s.data() + i0 * kSeq, kSeq);
+  }
+  void weighted(int64_t i0, int64_t i1) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(i1 - i0), kHeadDim, kSeq, 1.0f,
+                s.data() + i0 * kSeq, kSeq, in.v.data_as<float>(), kHeadDim, 0.0f, out.data() + i0 * kHeadDim, kHeadDim);
+    for (int64_t i = i0; i < i1; ++i)
       for (int64_t d = 0; d < kHeadDim; ++d) out[static_cast<size_t>(i * kHeadDim + d)] /= sums[static_cast<size_t>(i)];
-  };
-  run();
-  const pl::Array want = pl::ops::mha_reference(in.q, in.k, in.v, pl::Array(), kScale, false).out;
-  pl::Array got({1, kSeq, 1, kHeadDim}, pl::f32);
-  std::memcpy(got.data(), out.data(), out.size() * sizeof(float));
-  if (!checked(st, "attention peer", pl::rel_error(got, want), 2e-6)) return;
+  }
+  // OpenBLAS's thread count is set here: a one-thread OpenBLAS for the row slices.
+  void run() {
+    openblas_set_num_threads(sliced ? 1 : threads());
+    if (sliced) {
+      parallel_for(kSeq, [&](int64_t i0, int64_t i1) {
+        scores(i0, i1);
+        softmax(i0, i1);
+        weighted(i0, i1);
+      });
+    } else {
+      scores(0, kSeq);
+      if (threads() > 1) parallel_for(kSeq, [&](int64_t i0, int64_t i1) { softmax(i0, i1); });
+      else softmax(0, kSeq);
+      weighted(0, kSeq);
+    }
+    openblas_set_num_threads(threads());
+  }
+  double rel_error() const {
+    const pl::Array want = pl::ops::mha_reference(in.q, in.k, in.v, pl::Array(), kScale, false).out;
+    pl::Array got({1, kSeq, 1, kHeadDim}, pl::f32);
+    std::memcpy(got.data(), out.data(), out.size() * sizeof(float));
+    return pl::rel_error(got, want);
+  }
+};
+
+void BM_AttentionOpenBLAS(benchmark::State& st) {
+  BlasAttention peer(st.range(0) == 1);
+  peer.run();
+  if (!checked(st, "attention peer", peer.rel_error(), 2e-6)) return;
   for (auto _ : st) {
-    run();
-    benchmark::DoNotOptimize(out.data());
+    peer.run();
+    benchmark::DoNotOptimize(peer.out.data());
   }
   set_flops(st, 4.0 * kSeq * kSeq * kHeadDim);
 }
@@ -692,7 +726,10 @@ class RatioReporter : public benchmark::ConsoleReporter {
     ratio("IndRNN vs the interpreter (block 128)", "BM_IndRnnPalladium/128/1", "BM_IndRnnPalladium/128/0");
     ratio("attention fwd vs plain C++ (1 thread)", "BM_AttentionPalladium/128/128", "BM_AttentionPlain/1");
     ratio("attention fwd vs plain C++ (threads)", "BM_AttentionPalladium/128/128", "BM_AttentionPlain/2");
-    ratio("attention fwd vs OpenBLAS sgemm + softmax", "BM_AttentionPalladium/128/128", "BM_AttentionOpenBLAS");
+    const std::string blas_attention = fastest({"BM_AttentionOpenBLAS/0", "BM_AttentionOpenBLAS/1"});
+    ratio(std::string("attention fwd vs OpenBLAS sgemm + softmax (") +
+              (blas_attention.back() == '1' ? "row slices" : "threaded sgemm") + ")",
+          "BM_AttentionPalladium/128/128", blas_attention);
     ratio("paged attention decode vs plain loop (1 thread)", "BM_PagedAttentionPalladium", "BM_PagedAttentionPlain/1");
     ratio("paged attention decode vs plain loop (threads)", "BM_PagedAttentionPalladium", "BM_PagedAttentionPlain/2");
     for (int which = 0; which < 3; ++which) {
@@ -718,13 +755,19 @@ class RatioReporter : public benchmark::ConsoleReporter {
 // minute, so rows measured a minute apart compare the neighbours as much as the code (memcpy at 2
 // threads ran 11.5 and 14.1 ms in two runs of one binary on a 2-core Xeon, stop 52). Here the
 // ratios the issues name are measured again in alternating rounds, one call of each side a
-// round, each side's best round kept: both sides see the same neighbours.
+// round, each side's best round kept: both sides see the same neighbours. Where the peer runs a
+// threaded OpenBLAS (`quiet`), each call of either side starts after a pause: OpenBLAS's workers spin
+// for about 2^28 cycles after a call before they sleep, and a call of ours made in that window shared
+// the cores with them (2048^3 at 2 threads on the stop-54 Xeon: 87 ms right after an sgemm against 60
+// ms after 300 ms of quiet). Elsewhere no pause: a pause costs a short call its warm thread pool.
+constexpr auto kQuietBetweenCalls = std::chrono::milliseconds(250);
 struct Paired {
   double ours_ms = 0, peer_ms = 0;
 };
-Paired alternate(const std::function<void()>& ours, const std::function<void()>& peer, int rounds) {
+Paired alternate(const std::function<void()>& ours, const std::function<void()>& peer, int rounds, bool quiet) {
   using Clock = std::chrono::steady_clock;
-  auto once = [](const std::function<void()>& f) {
+  auto once = [quiet](const std::function<void()>& f) {
+    if (quiet && threads() > 1) std::this_thread::sleep_for(kQuietBetweenCalls);
     const auto t0 = Clock::now();
     f();
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -764,10 +807,23 @@ void paired_summary(const RatioReporter& times) {
                                              b.data(), dim, 0.0f, c.data(), dim);
                                  benchmark::DoNotOptimize(c.data());
                                },
-                               n == 1024 ? 30 : 8);
+                               n == 1024 ? 30 : 8, /*quiet=*/true);
     print("matmul " + std::to_string(n) + "^3 (block " + std::to_string(RatioReporter::block_of(best)) +
               ") vs OpenBLAS sgemm",
           p, 1.0, "speed");
+  }
+  const std::string blas_attention = times.fastest({"BM_AttentionOpenBLAS/0", "BM_AttentionOpenBLAS/1"});
+  if (times.ran("BM_AttentionPalladium/128/128") && times.ran(blas_attention)) {
+    BlasAttention peer(blas_attention.back() == '1');
+    const pl::ops::MhaOptions o{.sm_scale = kScale, .block_q = 128, .block_k = 128, .backend = "cpu"};
+    const Paired p = alternate([&] { benchmark::DoNotOptimize(pl::ops::mha(peer.in.q, peer.in.k, peer.in.v, pl::Array(), o).data()); },
+                               [&] {
+                                 peer.run();
+                                 benchmark::DoNotOptimize(peer.out.data());
+                               },
+                               30, /*quiet=*/!peer.sliced);
+    print(std::string("attention fwd vs OpenBLAS sgemm + softmax (") + (peer.sliced ? "row slices" : "threaded sgemm") + ")", p,
+          1.0, "speed");
   }
 #endif
   const std::string add = times.fastest({"BM_AddPalladium/65536", "BM_AddPalladium/16384", "BM_AddPalladium/4096",
@@ -784,7 +840,7 @@ void paired_summary(const RatioReporter& times) {
                                  copy_in_parts(dst.data(), src.data(), bytes, threads());
                                  benchmark::DoNotOptimize(dst.data());
                                },
-                               20);
+                               20, /*quiet=*/false);
     print("add 2^26 (block " + std::to_string(block) + ") vs memcpy, same threads", p, 1.5, "bandwidth");
   }
 }
@@ -804,7 +860,7 @@ BENCHMARK(BM_IndRnnPlainLoop)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->Us
 BENCHMARK(BM_AttentionPalladium)->Args({128, 128})->Args({64, 64})->Args({128, 64})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_AttentionPlain)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 #ifdef PL_HAVE_OPENBLAS
-BENCHMARK(BM_AttentionOpenBLAS)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_AttentionOpenBLAS)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 #endif
 BENCHMARK(BM_PagedAttentionPalladium)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_PagedAttentionPlain)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
