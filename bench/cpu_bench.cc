@@ -389,7 +389,18 @@ struct BlasAttention {
   bool sliced;
   std::vector<float> s = std::vector<float>(static_cast<size_t>(kSeq * kSeq)), sums = std::vector<float>(kSeq),
                      out = std::vector<float>(static_cast<size_t>(kSeq * kHeadDim));
-  explicit BlasAttention(bool row_slices) : sliced(row_slices) {}
+  // OpenBLAS's thread count is set for the peer's lifetime (one thread for the row slices), outside
+  // the timed calls.
+  explicit BlasAttention(bool row_slices) : sliced(row_slices) { openblas_set_num_threads(sliced ? 1 : threads()); }
+  ~BlasAttention() { openblas_set_num_threads(threads()); }
+  BlasAttention(const BlasAttention&) = delete;
+  BlasAttention& operator=(const BlasAttention&) = delete;
+  static bool sliced_form(const std::string& name) { return name.back() == '1'; }  // BM_AttentionOpenBLAS/<form>
+  static const char* form_name(bool row_slices) { return row_slices ? "row slices" : "threaded sgemm"; }
+  // The faster of the two forms in `times` (RatioReporter), by name.
+  static std::string fastest_of(const auto& times) {
+    return times.fastest({"BM_AttentionOpenBLAS/0", "BM_AttentionOpenBLAS/1"});
+  }
 
   void softmax(int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
@@ -410,9 +421,7 @@ struct BlasAttention {
     for (int64_t i = i0; i < i1; ++i)
       for (int64_t d = 0; d < kHeadDim; ++d) out[static_cast<size_t>(i * kHeadDim + d)] /= sums[static_cast<size_t>(i)];
   }
-  // OpenBLAS's thread count is set here: a one-thread OpenBLAS for the row slices.
   void run() {
-    openblas_set_num_threads(sliced ? 1 : threads());
     if (sliced) {
       parallel_for(kSeq, [&](int64_t i0, int64_t i1) {
         scores(i0, i1);
@@ -425,7 +434,6 @@ struct BlasAttention {
       else softmax(0, kSeq);
       weighted(0, kSeq);
     }
-    openblas_set_num_threads(threads());
   }
   double rel_error() const {
     const pl::Array want = pl::ops::mha_reference(in.q, in.k, in.v, pl::Array(), kScale, false).out;
@@ -436,7 +444,7 @@ struct BlasAttention {
 };
 
 void BM_AttentionOpenBLAS(benchmark::State& st) {
-  BlasAttention peer(st.range(0) == 1);
+  BlasAttention peer(st.range(0) == 1);  // BlasAttention::sliced_form reads this argument back
   peer.run();
   if (!checked(st, "attention peer", peer.rel_error(), 2e-6)) return;
   for (auto _ : st) {
@@ -726,9 +734,9 @@ class RatioReporter : public benchmark::ConsoleReporter {
     ratio("IndRNN vs the interpreter (block 128)", "BM_IndRnnPalladium/128/1", "BM_IndRnnPalladium/128/0");
     ratio("attention fwd vs plain C++ (1 thread)", "BM_AttentionPalladium/128/128", "BM_AttentionPlain/1");
     ratio("attention fwd vs plain C++ (threads)", "BM_AttentionPalladium/128/128", "BM_AttentionPlain/2");
-    const std::string blas_attention = fastest({"BM_AttentionOpenBLAS/0", "BM_AttentionOpenBLAS/1"});
+    const std::string blas_attention = BlasAttention::fastest_of(*this);
     ratio(std::string("attention fwd vs OpenBLAS sgemm + softmax (") +
-              (blas_attention.back() == '1' ? "row slices" : "threaded sgemm") + ")",
+              BlasAttention::form_name(BlasAttention::sliced_form(blas_attention)) + ")",
           "BM_AttentionPalladium/128/128", blas_attention);
     ratio("paged attention decode vs plain loop (1 thread)", "BM_PagedAttentionPalladium", "BM_PagedAttentionPlain/1");
     ratio("paged attention decode vs plain loop (threads)", "BM_PagedAttentionPalladium", "BM_PagedAttentionPlain/2");
@@ -812,9 +820,9 @@ void paired_summary(const RatioReporter& times) {
               ") vs OpenBLAS sgemm",
           p, 1.0, "speed");
   }
-  const std::string blas_attention = times.fastest({"BM_AttentionOpenBLAS/0", "BM_AttentionOpenBLAS/1"});
+  const std::string blas_attention = BlasAttention::fastest_of(times);
   if (times.ran("BM_AttentionPalladium/128/128") && times.ran(blas_attention)) {
-    BlasAttention peer(blas_attention.back() == '1');
+    BlasAttention peer(BlasAttention::sliced_form(blas_attention));
     const pl::ops::MhaOptions o{.sm_scale = kScale, .block_q = 128, .block_k = 128, .backend = "cpu"};
     const Paired p = alternate([&] { benchmark::DoNotOptimize(pl::ops::mha(peer.in.q, peer.in.k, peer.in.v, pl::Array(), o).data()); },
                                [&] {
@@ -822,8 +830,7 @@ void paired_summary(const RatioReporter& times) {
                                  benchmark::DoNotOptimize(peer.out.data());
                                },
                                30, /*quiet=*/!peer.sliced);
-    print(std::string("attention fwd vs OpenBLAS sgemm + softmax (") + (peer.sliced ? "row slices" : "threaded sgemm") + ")", p,
-          1.0, "speed");
+    print(std::string("attention fwd vs OpenBLAS sgemm + softmax (") + BlasAttention::form_name(peer.sliced) + ")", p, 1.0, "speed");
   }
 #endif
   const std::string add = times.fastest({"BM_AddPalladium/65536", "BM_AddPalladium/16384", "BM_AddPalladium/4096",

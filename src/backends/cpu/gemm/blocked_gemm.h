@@ -19,7 +19,8 @@ namespace pl_cpu {
 // micro-kernel asks for its rows 16 k steps ahead (PL_GEMM_PREFETCH_B_STEPS); half the passes over
 // C pay for that. Emerald Rapids, 1 thread, one harness alternating the builds (stop 54; minimum of
 // 30 and 12 rounds): 1024 x 1024 x 2048 inside 2048-wide arrays 28.46 -> 28.14 ms (OpenBLAS 29.13),
-// 2048^3 112.0 -> 110.0 ms (OpenBLAS 111.0); KC 512 without the prefetch was 2-4% slower than KC 256.
+// 2048^3 112.0 -> 110.0 ms (OpenBLAS 111.0); KC 512 without the prefetch, in single runs, 5% slower
+// than KC 256 (30.2 against 28.8 ms on the first shape).
 #if defined(__AVX512F__) && PL_GEMM_AVX512_TILE == 1
 inline constexpr int kGemmLanes = 16, kGemmMR = 6, kGemmVectorsPerRow = 4;
 inline constexpr int64_t kGemmKC = 384;
@@ -27,6 +28,7 @@ inline constexpr int64_t kGemmKC = 384;
 inline constexpr int kGemmLanes = 16, kGemmMR = 8, kGemmVectorsPerRow = 2;
 inline constexpr int64_t kGemmKC = 512;
 #define PL_GEMM_PREFETCH_B_STEPS 16
+#define PL_GEMM_IN_PLACE_MAX_K 256  // A read in place was measured with KC 256 here
 #elif defined(__AVX__)
 inline constexpr int kGemmLanes = 8, kGemmMR = 6, kGemmVectorsPerRow = 2;
 inline constexpr int64_t kGemmKC = 512;
@@ -36,6 +38,11 @@ inline constexpr int64_t kGemmKC = 256;
 #endif
 inline constexpr int kGemmNR = kGemmLanes * kGemmVectorsPerRow;
 inline constexpr int64_t kGemmMC = 32 * kGemmMR, kGemmNC = kGemmMaxNC;
+#if defined(PL_GEMM_IN_PLACE_MAX_K)
+inline constexpr int64_t kGemmInPlaceMaxK = PL_GEMM_IN_PLACE_MAX_K;
+#else
+inline constexpr int64_t kGemmInPlaceMaxK = kGemmKC;
+#endif
 // The kernels size the packing scratch from gemm.h's limits (gemm_packed_a_floats, ...).
 static_assert(kGemmMR <= kGemmMaxMR && kGemmNR <= kGemmMaxNR && kGemmMC <= kGemmMaxMC && kGemmKC <= kGemmMaxKC,
               "this build's blocking exceeds the packing scratch that kernels allocate");
@@ -410,7 +417,7 @@ void gemm_f32(const MatrixIn<TA>& a, const MatrixIn<TB>& b, const MatrixOut<floa
   const float* a_data = nullptr;
   if constexpr (__is_same(TA, float)) {
     a_in_place = (a.col_stride == 1 || a.row_stride == 1) && a.row_lo <= 0 && a.row_hi >= m && a.col_lo <= 0 &&
-                 a.col_hi >= k && n <= 8 * kGemmNR && k <= 256;  // 256: KC before stop 54, where this was measured
+                 a.col_hi >= k && n <= 8 * kGemmNR && k <= kGemmInPlaceMaxK;
     a_data = a.base + a.offset;
   }
   for (int64_t j0 = 0; j0 < n; j0 += kGemmNC) {
