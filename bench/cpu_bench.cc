@@ -734,10 +734,12 @@ class RatioReporter : public benchmark::ConsoleReporter {
     ratio("IndRNN vs the interpreter (block 128)", "BM_IndRnnPalladium/128/1", "BM_IndRnnPalladium/128/0");
     ratio("attention fwd vs plain C++ (1 thread)", "BM_AttentionPalladium/128/128", "BM_AttentionPlain/1");
     ratio("attention fwd vs plain C++ (threads)", "BM_AttentionPalladium/128/128", "BM_AttentionPlain/2");
+#ifdef PL_HAVE_OPENBLAS
     const std::string blas_attention = BlasAttention::fastest_of(*this);
     ratio(std::string("attention fwd vs OpenBLAS sgemm + softmax (") +
               BlasAttention::form_name(BlasAttention::sliced_form(blas_attention)) + ")",
           "BM_AttentionPalladium/128/128", blas_attention);
+#endif
     ratio("paged attention decode vs plain loop (1 thread)", "BM_PagedAttentionPalladium", "BM_PagedAttentionPlain/1");
     ratio("paged attention decode vs plain loop (threads)", "BM_PagedAttentionPalladium", "BM_PagedAttentionPlain/2");
     for (int which = 0; which < 3; ++which) {

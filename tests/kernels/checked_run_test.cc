@@ -119,6 +119,21 @@ TEST_P(CheckedRunTest, MasksDecide) {
                                      "program (0), op 'load': index 5 is out of bounds for dimension 0 of ref x0 with shape (5,)");
 }
 
+// Every program of a large grid faults, concurrently on a GPU: the report is still the
+// interpreter's, the program first in grid order, in every run.
+TEST_P(CheckedRunTest, FirstProgramInGridOrderReports) {
+  Array x = Rng().normal({4 * 96});
+  CallOptions o{.grid = {4, 24}, .in_specs = {BlockSpec({4}, [](Index i, Index j) { return i * 24 + j; })},
+                .out_specs = {BlockSpec({4}, [](Index i, Index j) { return i * 24 + j; })}, .name = "all_fault"};
+  auto kernel = [](Ref x_ref, Ref o_ref) {
+    o_ref[pl::all] = x_ref[pl::all];
+    o_ref[pl::all] = x_ref(pl::ds(pl::program_id(1) % 3 + 1, 4));  // every program reads past its block
+  };
+  for (int run = 0; run < 3; ++run)
+    Faults(backend_name()).expect_same(kernel, ShapeDtype({4 * 96}, f32), o, {x},
+                                       "program (0, 0), op 'load': index 4 is out of bounds for dimension 0 of ref x0 with shape (4,)");
+}
+
 // The compiled backends of this machine (the interpreter always checks).
 std::vector<std::string> compiled_backends() {
   std::vector<std::string> names;

@@ -58,7 +58,7 @@ struct LoadedKernel {
   int max_clusters = 0;  // resident clusters of a clustered kernel (0: unknown)
 };
 
-constexpr size_t kCheckRecordBytes = 64;  // device/cuda/pl_checks.h: a flag and five fields
+constexpr size_t kCheckRecordBytes = 64;  // device/cuda/pl_checks.h: a flag, five fields and a lock
 
 // An executable's kernel on one device: the loaded kernel and the launch parameters that its
 // generation for the device's target chose.
