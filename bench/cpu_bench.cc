@@ -169,6 +169,19 @@ void BM_MatmulPalladium(benchmark::State& st) {
   set_flops(st, 2.0 * n * n * n);
 }
 
+// The ops library's product as users call it: jit(jnp::matmul) on the cpu backend, with the
+// tiling its lowering picks (plan_matmul).
+void BM_MatmulJit(benchmark::State& st) {
+  const int64_t n = st.range(0);
+  auto keys = pl::random::split(pl::random::key(0));
+  pl::Array x = pl::random::normal(keys[0], {n, n}), y = pl::random::normal(keys[1], {n, n});
+  auto f = pl::jit([](const pl::Array& a, const pl::Array& b) { return pl::jnp::matmul(a, b); }, {.backend = "cpu"});
+  if (!checked(st, "jit(jnp::matmul)", pl::rel_error(f(x, y), pl::matmul(x.astype(pl::f64), y.astype(pl::f64))), 1e-5))
+    return;
+  for (auto _ : st) benchmark::DoNotOptimize(f(x, y).data());
+  set_flops(st, 2.0 * n * n * n);
+}
+
 #ifdef PL_HAVE_OPENBLAS
 void BM_MatmulOpenBLAS(benchmark::State& st) {
   const int64_t n = st.range(0);
@@ -709,6 +722,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
           "BM_MatmulOpenBLAS/1024");
     ratio("matmul 2048^3 (block " + mm2048.substr(mm2048.rfind('/') + 1) + ") vs OpenBLAS sgemm", mm2048,
           "BM_MatmulOpenBLAS/2048");
+    ratio("jit(jnp::matmul) 1024^3 vs OpenBLAS sgemm", "BM_MatmulJit/1024", "BM_MatmulOpenBLAS/1024");
+    ratio("jit(jnp::matmul) 2048^3 vs OpenBLAS sgemm", "BM_MatmulJit/2048", "BM_MatmulOpenBLAS/2048");
     // Bandwidth ratio: add moves 3/2 the bytes of the copy. The fastest block, as for the matmul.
     const std::string add = fastest({"BM_AddPalladium/65536", "BM_AddPalladium/16384", "BM_AddPalladium/4096",
                                      "BM_AddPalladium/1024"});
@@ -858,6 +873,7 @@ void paired_summary(const RatioReporter& times) {
 
 BENCHMARK(BM_MatmulPalladium)->Args({1024, 512})->Args({1024, 256})->Args({1024, 128})->Args({2048, 1024})->Args({2048, 512})->Args({2048, 256})
     ->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+BENCHMARK(BM_MatmulJit)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
 #ifdef PL_HAVE_OPENBLAS
 BENCHMARK(BM_MatmulOpenBLAS)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
 #endif

@@ -81,7 +81,9 @@ struct MatmulPlan {
   Value compute(const Ref& a, const Ref& b) const;
   std::string label() const;  // "128x128x64 w8 s3": the tiles and the compiler's warps and stages
 };
-int64_t matmul_tile(const std::string& backend);  // the largest bm and bn
+// The extent up to which plan_matmul holds a matmul's rows and columns whole in one block (fusion
+// fuses a reduction over such an axis into the matmul's kernel); the interpreter's largest blocks.
+int64_t matmul_tile(const std::string& backend);
 // `operand`: the operands' dtype (16-bit floats on CUDA take the tensor cores' tiles).
 MatmulPlan plan_matmul(const Shape& a, const Shape& b, DType operand, DType out, const std::string& backend);
 // plan_matmul's plan first, then other tilings worth timing (autotune) for these operands: on CUDA,

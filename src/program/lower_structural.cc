@@ -8,6 +8,7 @@
 #include <mutex>
 #include <numeric>
 
+#include "backends/cpu/cpu_backend.h"
 #include "palladium/control.h"
 #include "palladium/lang.h"
 #include "palladium/ref.h"
@@ -239,6 +240,9 @@ Value reduce_tile(Prim prim, Value v, std::vector<int64_t> axes, DType out) {
 
 int64_t matmul_tile(const std::string& backend) { return backend == "interpret" ? 256 : 64; }
 
+// The cpu's largest matmul block each way (plan_matmul).
+constexpr int64_t kCpuMatmulBlock = 1024;
+
 MatmulPlan plan_matmul(const Shape& a, const Shape& b, DType operand, DType out, const std::string& backend) {
   MatmulPlan mp;
   mp.nb = a.size() - 2;
@@ -260,6 +264,27 @@ MatmulPlan plan_matmul(const Shape& a, const Shape& b, DType operand, DType out,
     mp.bm = mp.bn = 128;
     mp.bk = 64;
     mp.compiler = {.num_warps = 8, .num_stages = 3};
+  }
+  // On the cpu, float products with a float32 accumulator go to the library's blocked GEMM, which
+  // blocks K and packs its operands itself: one whole-K dot a program (K in slices of 512 repacked
+  // both operands and passed over C once a slice), in blocks as large as 1024 x 1024, halved until
+  // each worker thread has a program (each program packs its own rows of A and columns of B). With
+  // 64 x 64 blocks jit(jnp::matmul) ran 1024^3 at 0.71 and 2048^3 at 0.65 of the pallas_call with
+  // 512 and 1024 blocks (cpu_bench, 2 threads, Emerald Rapids, stop 55). Blocks stay at least
+  // min(extent, matmul_tile) each way, which fusion counts on to hold a row whole.
+  if (backend == "cpu" && (operand == DType::float32 || operand == DType::bfloat16 || operand == DType::float16) &&
+      (out == DType::float32 || out == DType::bfloat16 || out == DType::float16)) {
+    const int64_t floor_m = std::min(mp.m, matmul_tile(backend)), floor_n = std::min(mp.n, matmul_tile(backend));
+    int64_t batch = 1;
+    for (size_t i = 0; i < mp.nb; ++i) batch *= a[i];
+    mp.bk = mp.k;
+    mp.bm = std::min<int64_t>(mp.m, kCpuMatmulBlock);
+    mp.bn = std::min<int64_t>(mp.n, kCpuMatmulBlock);
+    const int64_t workers = cpu::num_threads();
+    while (batch * cdiv(mp.m, mp.bm) * cdiv(mp.n, mp.bn) < workers && (mp.bm > floor_m || mp.bn > floor_n)) {
+      if (mp.bm >= mp.bn && mp.bm > floor_m) mp.bm = std::max(floor_m, (mp.bm + 1) / 2);
+      else mp.bn = std::max(floor_n, (mp.bn + 1) / 2);
+    }
   }
   mp.grid.assign(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(mp.nb));
   mp.grid.push_back(cdiv(mp.m, mp.bm));

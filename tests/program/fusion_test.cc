@@ -319,6 +319,28 @@ TEST_P(Fusion, ConstantMatmulOperands) {
   EXPECT_LT(pl::rel_error(y2, r2), 1e-6);
 }
 
+TEST_P(Fusion, LargeMatmulWithEpilogue) {
+  // Large enough for the cpu's blocks (plan_matmul: whole K, up to 1024 x 1024, split until every
+  // worker has a program): 1100 columns (a partial column block), K = 700 (no slice of 512 divides
+  // it), the right operand transposed in place, a bias and tanh after it in the same kernel.
+  auto f = pl::jit([](const Array& x, const Array& w, const Array& b) {
+    return pl::jnp::tanh(pl::jnp::matmul(x, pl::jnp::transpose(w, {1, 0})) * 0.25 + b);
+  });
+  Array x = randn({260, 700}, 28), w = randn({1100, 700}, 29), b = randn({1100}, 30);
+  Array ref = pl::matmul(x.astype(pl::f64), pl::jnp::transpose(w.astype(pl::f64), {1, 0}));
+  for (int64_t i = 0; i < 260; ++i)
+    for (int64_t j = 0; j < 1100; ++j) ref.set(i * 1100 + j, std::tanh(ref.get(i * 1100 + j) * 0.25 + b.get(j)));
+  EXPECT_LT(pl::rel_error(f(x, w, b), ref), 1e-5);
+  EXPECT_EQ(kernels_of(f.lower(x, w, b)), 1u) << f.lower(x, w, b);
+  // Batched on both sides (the batch is a grid axis beside the blocks), 16-bit operands.
+  auto g = pl::jit([](const Array& p, const Array& q) { return pl::jnp::matmul(p, q); });
+  Array p = randn({3, 130, 600}, 31).astype(pl::bf16), q = randn({3, 600, 1030}, 32).astype(pl::bf16);
+  const Array want = pl::matmul(p.astype(pl::f64), q.astype(pl::f64));
+  const Array got = g(p, q);
+  ASSERT_EQ(got.dtype(), pl::bf16);
+  EXPECT_LT(pl::rel_error(got, want), std::ldexp(1.0, -8));  // the result's own rounding (bfloat16: 8 bits)
+}
+
 TEST_P(Fusion, IntegerMatmulEpilogue) {
   auto f = pl::jit([](const Array& a, const Array& b) { return pl::jnp::matmul(a, b) * 3 - 1; });
   Array a = pl::random::uniform(pl::random::key(17), {9, 13}, pl::i32, -50, 50);
